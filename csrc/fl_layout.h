@@ -1,0 +1,95 @@
+/* fl_layout.h: the versioned layout of the shared region's control block.
+ *
+ * NOTE [region layout]
+ *   offset 0                       fl_header           (FL_CACHELINE-aligned fields)
+ *   header_bytes                   fl_slot_hdr[nslots] (one cache line pair per slot)
+ *   data_offset (caller's choice)  slot payloads, owned by the Python layer (fastload/_region.py)
+ * C only formats and validates the control block (fl_ring_init / fl_ring_attach); it never maps
+ * memory and never looks at payloads. Bumping FL_LAYOUT_VERSION needs a CHANGELOG line. */
+#ifndef FASTLOAD_FL_LAYOUT_H
+#define FASTLOAD_FL_LAYOUT_H
+
+#include "fl_atomic.h"
+
+#define FL_MAGIC "FASTLD\0\1"
+#define FL_LAYOUT_VERSION 1u
+#define FL_MAX_SLOTS 4096u
+#define FL_MAX_WORKERS 4095u /* 12 bits of the slot state word */
+
+/* Slot states: the low 4 bits of fl_slot_hdr.state.
+ * FREE -> QUEUED (parent) -> CLAIMED (a worker, CAS) -> READY | FAILED (that worker, CAS)
+ *      -> READING (parent, lent to the user) -> FREE (parent, when the lease dies).
+ * QUEUED -> FREE (parent cancels an unclaimed task); CLAIMED by a dead worker -> QUEUED
+ * (parent reclaims, new generation); READY | FAILED -> FREE (parent drops a stale result). */
+enum fl_slot_state {
+    FL_SLOT_FREE = 0,
+    FL_SLOT_QUEUED = 1,
+    FL_SLOT_CLAIMED = 2,
+    FL_SLOT_READY = 3,
+    FL_SLOT_FAILED = 4,
+    FL_SLOT_READING = 5,
+};
+
+/* The 32-bit state word (a futex word on Linux): gen:16 | owner:12 | state:4.
+ * owner is meaningful in CLAIMED, READY and FAILED; gen grows on every QUEUE so a CAS built on
+ * a stale snapshot fails (no ABA). */
+#define FL_STATE_BITS(w) ((w) & 0xFu)
+#define FL_OWNER_BITS(w) (((w) >> 4) & 0xFFFu)
+#define FL_GEN_BITS(w) ((w) >> 16)
+#define FL_MAKE_STATE(gen, owner, st) \
+    ((((uint32_t)(gen) & 0xFFFFu) << 16) | (((uint32_t)(owner) & 0xFFFu) << 4) | ((uint32_t)(st) & 0xFu))
+
+typedef struct fl_header {
+    char magic[8];
+    uint32_t layout_version;
+    uint32_t header_bytes;   /* offset of the first fl_slot_hdr */
+    uint32_t nslots;
+    uint32_t slot_hdr_bytes; /* sizeof(fl_slot_hdr) */
+    uint64_t slot_bytes;     /* payload bytes per slot (owned by Python) */
+    uint64_t data_offset;    /* offset of slot 0's payload from the region start */
+    uint64_t total_bytes;    /* size of the whole region */
+    int64_t creator_pid;
+    uint8_t _pad0[FL_CACHELINE - 56];
+    /* written by the parent, polled by workers */
+    fl_atomic_u32 stop;
+    uint8_t _pad1[FL_CACHELINE - 4];
+    /* bumped by the parent after each queue; workers futex-wait on it */
+    fl_atomic_u32 queued_counter;
+    fl_atomic_u32 task_waiters;
+    uint8_t _pad2[FL_CACHELINE - 8];
+    /* number of parent threads asleep on a slot state word */
+    fl_atomic_u32 ready_waiters;
+    uint8_t _pad3[FL_CACHELINE - 4];
+    /* statistics (relaxed; exact only when quiescent) */
+    fl_atomic_u64 n_queued;
+    fl_atomic_u64 n_claimed;
+    fl_atomic_u64 n_published;
+    fl_atomic_u64 n_released;
+    fl_atomic_u64 n_reclaimed;
+    fl_atomic_u64 n_cancelled;
+    fl_atomic_u64 n_futex_waits;
+    fl_atomic_u64 n_futex_wakes;
+    uint8_t _pad4[FL_CACHELINE - 64];
+} fl_header;
+
+typedef struct fl_slot_hdr {
+    fl_atomic_u32 state;    /* gen:16 | owner:12 | state:4, see above */
+    uint32_t count;         /* rows in this batch (written by the parent before QUEUED) */
+    fl_atomic_u64 seq;      /* the parent's batch sequence number (written before QUEUED) */
+    uint64_t epoch;         /* informative (written before QUEUED) */
+    fl_atomic_u64 progress; /* rows done by the claiming worker (relaxed; for error messages) */
+    fl_atomic_u32 pid;      /* pid of the claiming worker */
+    uint32_t flags;         /* worker-written before READY (e.g. FL_SLOT_F_SPILLED) */
+    uint64_t var_bytes;     /* worker-written before READY: bytes used in the variable area */
+    uint8_t _pad[FL_CACHELINE - 48];
+} fl_slot_hdr;
+
+#define FL_SLOT_F_SPILLED 1u /* the variable-size part did not fit: it travels by pipe */
+
+FL_STATIC_ASSERT(sizeof(fl_header) == 5 * FL_CACHELINE, "fl_header size is pinned");
+FL_STATIC_ASSERT(offsetof(fl_header, stop) == FL_CACHELINE, "stop flag offset is pinned");
+FL_STATIC_ASSERT(offsetof(fl_header, queued_counter) == 2 * FL_CACHELINE, "counter offset");
+FL_STATIC_ASSERT(sizeof(fl_slot_hdr) == FL_CACHELINE, "fl_slot_hdr size is pinned");
+FL_STATIC_ASSERT(offsetof(fl_slot_hdr, progress) == 24, "progress offset is pinned");
+
+#endif /* FASTLOAD_FL_LAYOUT_H */

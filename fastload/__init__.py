@@ -1,0 +1,39 @@
+"""fastload: a fast, dependable multiprocess data loader for NumPy pipelines.
+
+Importing fastload does no work: no shared memory, no processes, no atexit hooks.
+"""
+
+from __future__ import annotations
+
+from ._version import __version__
+from ._worker import WorkerInfo, get_worker_info
+from .errors import (
+    FastloadError,
+    LayoutMismatchError,
+    LoaderClosedError,
+    LoaderTimeoutError,
+    SampleTooLargeError,
+    WorkerCrashedError,
+    WorkerDied,
+    WorkerError,
+)
+from .layout import BatchLayout, Field
+from .loader import Loader, backend
+
+__all__ = [
+    "Loader",
+    "BatchLayout",
+    "Field",
+    "WorkerInfo",
+    "get_worker_info",
+    "FastloadError",
+    "LayoutMismatchError",
+    "LoaderClosedError",
+    "LoaderTimeoutError",
+    "SampleTooLargeError",
+    "WorkerCrashedError",
+    "WorkerDied",
+    "WorkerError",
+    "backend",
+    "__version__",
+]

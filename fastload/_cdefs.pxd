@@ -1,0 +1,88 @@
+# Every declaration of the C core (csrc/fl_*.h), and nothing else (STYLE rule 10).
+from libc.stdint cimport uint32_t, uint64_t, int64_t
+
+cdef extern from "fl_status.h" nogil:
+    enum:
+        FL_OK
+        FL_ETIMEOUT
+        FL_ESTOPPED
+        FL_ELAYOUT
+        FL_EINVAL
+        FL_ESTATE
+        FL_ERANGE
+        FL_ENOSPACE
+    const char *fl_strerror(int rc)
+
+cdef extern from "fl_layout.h" nogil:
+    enum:
+        FL_LAYOUT_VERSION
+        FL_MAX_SLOTS
+        FL_MAX_WORKERS
+        FL_SLOT_FREE
+        FL_SLOT_QUEUED
+        FL_SLOT_CLAIMED
+        FL_SLOT_READY
+        FL_SLOT_FAILED
+        FL_SLOT_READING
+        FL_SLOT_F_SPILLED
+    ctypedef struct fl_header:
+        uint32_t nslots
+        uint64_t slot_bytes
+        uint64_t data_offset
+        uint64_t total_bytes
+        int64_t creator_pid
+        uint64_t n_queued
+        uint64_t n_claimed
+        uint64_t n_published
+        uint64_t n_released
+        uint64_t n_reclaimed
+        uint64_t n_cancelled
+        uint64_t n_futex_waits
+        uint64_t n_futex_wakes
+    ctypedef struct fl_slot_hdr:
+        uint32_t state
+        uint32_t count
+        uint64_t seq
+        uint64_t epoch
+        uint64_t progress
+        uint32_t pid
+        uint32_t flags
+        uint64_t var_bytes
+    uint32_t FL_STATE_BITS(uint32_t w)
+    uint32_t FL_OWNER_BITS(uint32_t w)
+    uint32_t FL_GEN_BITS(uint32_t w)
+
+cdef extern from "fl_ring.h" nogil:
+    size_t fl_ring_nbytes(uint32_t nslots)
+    int fl_ring_init(void *mem, size_t total_bytes, uint32_t nslots, uint64_t slot_bytes,
+                     uint64_t data_offset, int64_t creator_pid)
+    int fl_ring_attach(void *mem, size_t total_bytes)
+    int fl_ring_queue(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32_t count)
+    int fl_ring_claim(void *mem, uint32_t worker_id, int64_t timeout_ns, uint32_t *slot_out,
+                      uint32_t *state_out)
+    int fl_ring_publish(void *mem, uint32_t slot, uint32_t claimed_state, int ok)
+    int fl_ring_wait(void *mem, uint32_t slot, int64_t timeout_ns, uint32_t *state_out)
+    int fl_ring_begin_read(void *mem, uint32_t slot)
+    int fl_ring_release(void *mem, uint32_t slot)
+    int fl_ring_cancel(void *mem, uint32_t slot, int *cancelled_out)
+    int fl_ring_reclaim(void *mem, uint32_t worker_id, uint32_t *count_out)
+    int fl_ring_stop(void *mem)
+    int fl_ring_stopped(const void *mem)
+    int fl_ring_slot_state(const void *mem, uint32_t slot, uint32_t *state_out)
+    fl_slot_hdr *fl_ring_slot(void *mem, uint32_t slot)
+    int fl_ring_set_progress(void *mem, uint32_t slot, uint64_t rows, uint32_t pid)
+    int fl_ring_set_result(void *mem, uint32_t slot, uint32_t flags, uint64_t var_bytes)
+    ctypedef struct fl_slot_info:
+        uint32_t state, count, pid, flags
+        uint64_t seq, epoch, progress, var_bytes
+    int fl_ring_slot_info(const void *mem, uint32_t slot, fl_slot_info *out)
+
+cdef extern from "fl_pack.h" nogil:
+    int fl_pack_copy(void *dst, size_t dst_len, size_t offset, const void *src, size_t nbytes)
+    int fl_pack_gather(void *dst, size_t dst_len, size_t offset, const void *src,
+                       size_t src_rows, size_t row_bytes, const int64_t *indices, size_t n,
+                       size_t *bad_k)
+    size_t fl_pack_align(size_t x, size_t align)
+
+cdef extern from "fl_wait.h" nogil:
+    int64_t fl_now_ns()

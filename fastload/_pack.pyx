@@ -1,0 +1,303 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True, embedsignature=True
+"""Packing samples into slot rows, and the lease that lends a slot to the user.
+
+``Packer`` walks a sample alongside the layout computed from the first sample (see
+fastload/layout.py), checks every leaf's type, dtype and shape against it, and copies each
+array leaf into its row of the slot with one bounds-checked memcpy (GIL released for large
+copies). Non-contiguous, Fortran-ordered and byte-swapped arrays take a NumPy copy into the
+same row. Nothing is ever written outside the slot: the byte count of every copy is checked
+against the field's row size and the slot's bounds before the copy.
+"""
+from libc.stdint cimport int64_t, uint8_t
+from libc.string cimport memcpy
+from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBuffer_FillInfo,
+                             PyBUF_WRITABLE, PyBUF_SIMPLE)
+
+from fastload._cdefs cimport fl_pack_copy, FL_OK
+
+import numpy as np
+
+from fastload.errors import LayoutMismatchError, SampleTooLargeError
+
+cdef object _ndarray = np.ndarray
+cdef object _asarray = np.asarray
+cdef object _copyto = np.copyto
+
+# Leaf kinds for the scalar fast path.
+cdef enum:
+    K_OTHER = 0
+    K_INT64 = 1
+    K_FLOAT64 = 2
+    K_BOOL = 3
+    NOGIL_BYTES = 65536  # release the GIL for copies at least this large
+
+# Node kinds of the tree spec built by fastload.layout (kept as small tuples).
+N_TUPLE = 0
+N_LIST = 1
+N_DICT = 2
+N_NAMEDTUPLE = 3
+N_ARRAY = 4
+N_OBJECT = 5
+
+
+def _describe(value):
+    if isinstance(value, np.ndarray):
+        return f"array(dtype={value.dtype}, shape={value.shape})"
+    return type(value).__name__
+
+
+cdef class Packer:
+    """Writes samples into rows of slots inside one writable region buffer.
+
+    Parameters
+    ----------
+    region : writable buffer
+        The whole shared region (kept exported while the packer lives).
+    data_offset, slot_bytes, nslots : int
+        Where slot payloads start, their size and count.
+    batch_size : int
+        Rows per slot.
+    tree : tuple
+        The nested spec from :class:`fastload.layout.BatchLayout` (``layout.tree``).
+    fields : list of (offset, row_bytes, dtype, shape)
+        One entry per array leaf, offsets relative to the slot payload.
+    """
+    cdef Py_buffer _view
+    cdef bint _has_view
+    cdef object _region
+    cdef char *_base
+    cdef Py_ssize_t _len
+    cdef Py_ssize_t _data_offset, _slot_bytes, _nslots, _batch_size
+    cdef object _tree
+    cdef list _offsets, _row_bytes, _dtypes, _shapes, _kinds
+
+    def __cinit__(self, region, Py_ssize_t data_offset, Py_ssize_t slot_bytes,
+                  Py_ssize_t nslots, Py_ssize_t batch_size, tree, fields):
+        PyObject_GetBuffer(region, &self._view, PyBUF_WRITABLE | PyBUF_SIMPLE)
+        self._has_view = True
+        self._region = region
+        self._base = <char *>self._view.buf
+        self._len = self._view.len
+        if (data_offset < 0 or slot_bytes < 0 or nslots < 0 or batch_size < 1
+                or (slot_bytes > 0 and nslots > (self._len - data_offset) // slot_bytes)
+                or data_offset > self._len):
+            raise ValueError("slot area does not fit in the region")
+        self._data_offset = data_offset
+        self._slot_bytes = slot_bytes
+        self._nslots = nslots
+        self._batch_size = batch_size
+        self._tree = tree
+        self._offsets, self._row_bytes, self._dtypes, self._shapes, self._kinds = [], [], [], [], []
+        for off, rb, dt, shape in fields:
+            dt = np.dtype(dt)
+            if dt.hasobject:
+                raise ValueError("object dtypes cannot be packed as raw bytes")
+            if off < 0 or rb < 0 or off + rb * batch_size > slot_bytes:
+                raise ValueError(f"field at offset {off} ({rb} bytes/row) overflows the slot")
+            self._offsets.append(off)
+            self._row_bytes.append(rb)
+            self._dtypes.append(dt)
+            self._shapes.append(tuple(shape))
+            kind = K_OTHER
+            if shape == ():
+                if dt == np.dtype(np.int64):
+                    kind = K_INT64
+                elif dt == np.dtype(np.float64):
+                    kind = K_FLOAT64
+                elif dt == np.dtype(np.bool_):
+                    kind = K_BOOL
+            self._kinds.append(kind)
+
+    def __dealloc__(self):
+        if self._has_view:
+            PyBuffer_Release(&self._view)
+            self._has_view = False
+
+    def close(self):
+        """Drop the region export (idempotent)."""
+        if self._has_view:
+            PyBuffer_Release(&self._view)
+            self._has_view = False
+            self._base = NULL
+
+    def pack(self, Py_ssize_t slot, Py_ssize_t row, sample, list objects):
+        """Write ``sample`` into row ``row`` of slot ``slot``.
+
+        Object leaves are appended to ``objects`` in tree order (the caller pickles them once
+        per batch). Raises LayoutMismatchError when the sample does not match the layout.
+        """
+        if self._base == NULL:
+            raise ValueError("the packer is closed")
+        if slot < 0 or slot >= self._nslots:
+            raise IndexError(f"slot {slot} out of range [0, {self._nslots})")
+        if row < 0 or row >= self._batch_size:
+            raise IndexError(f"row {row} out of range [0, {self._batch_size})")
+        cdef char *slot_base = self._base + self._data_offset + slot * self._slot_bytes
+        self._walk(self._tree, sample, slot_base, row, objects)
+
+    cdef int _walk(self, tuple node, value, char *slot_base, Py_ssize_t row,
+                   list objects) except -1:
+        cdef int kind = node[0]
+        cdef Py_ssize_t i, n
+        if kind == N_ARRAY:
+            return self._put(<Py_ssize_t>node[2], value, slot_base, row, node[1])
+        if kind == N_OBJECT:
+            objects.append(value)
+            return 0
+        children = node[2]
+        n = len(children)
+        if kind == N_TUPLE or kind == N_LIST or kind == N_NAMEDTUPLE:
+            expected_type = tuple if kind != N_LIST else list
+            if not isinstance(value, expected_type):
+                raise LayoutMismatchError(
+                    f"{node[1]}: expected a {expected_type.__name__} (as in the first sample), "
+                    f"got {_describe(value)}")
+            if len(value) != n:
+                raise LayoutMismatchError(
+                    f"{node[1]}: expected a {expected_type.__name__} of length {n} (as in the "
+                    f"first sample), got length {len(value)}")
+            for i in range(n):
+                self._walk(<tuple>children[i], value[i], slot_base, row, objects)
+            return 0
+        # N_DICT: node = (kind, path, children, keys)
+        keys = node[3]
+        if not isinstance(value, dict):
+            raise LayoutMismatchError(
+                f"{node[1]}: expected a dict (as in the first sample), got {_describe(value)}")
+        if len(value) != n:
+            missing = [k for k in keys if k not in value]
+            extra = [k for k in value if k not in keys]
+            raise LayoutMismatchError(
+                f"{node[1]}: dict keys differ from the first sample's: missing {missing}, "
+                f"unexpected {extra}")
+        for i in range(n):
+            k = keys[i]
+            try:
+                v = value[k]
+            except KeyError:
+                missing = [k for k in keys if k not in value]
+                extra = [k for k in value if k not in keys]
+                raise LayoutMismatchError(
+                    f"{node[1]}: dict keys differ from the first sample's: missing {missing}, "
+                    f"unexpected {extra}") from None
+            self._walk(<tuple>children[i], v, slot_base, row, objects)
+        return 0
+
+    cdef int _put(self, Py_ssize_t leaf, value, char *slot_base, Py_ssize_t row,
+                  str path) except -1:
+        cdef Py_ssize_t off = self._offsets[leaf]
+        cdef Py_ssize_t rb = self._row_bytes[leaf]
+        cdef char *dst = slot_base + off + row * rb
+        cdef int kind = self._kinds[leaf]
+        cdef type t = type(value)
+        cdef long long iv
+        cdef Py_buffer src
+        cdef int rc
+        dt = self._dtypes[leaf]
+        # Scalar fast paths: the layout said int64 / float64 / bool, and a Python scalar came.
+        if kind == K_INT64 and t is int:
+            try:
+                iv = value
+            except OverflowError:
+                raise LayoutMismatchError(
+                    f"{path}: the integer {value} does not fit in int64") from None
+            (<int64_t *>dst)[0] = iv
+            return 0
+        if kind == K_FLOAT64 and t is float:
+            (<double *>dst)[0] = value
+            return 0
+        if kind == K_BOOL and t is bool:
+            (<uint8_t *>dst)[0] = 1 if value else 0
+            return 0
+        if t is not _ndarray:
+            if t is int or t is float or t is bool or t is complex:
+                raise LayoutMismatchError(
+                    f"{path}: expected {dt} with shape {self._shapes[leaf]} (as in the first "
+                    f"sample), got a Python {t.__name__}")
+            if isinstance(value, (str, bytes)) or value is None:
+                raise LayoutMismatchError(
+                    f"{path}: expected an array of {dt} (as in the first sample), got "
+                    f"{_describe(value)}")
+            value = _asarray(value)
+        adt = value.dtype
+        cdef bint slow = False
+        if adt is not dt and adt != dt:
+            if adt.hasobject or adt.newbyteorder("=") != dt:
+                raise LayoutMismatchError(
+                    f"{path}: expected dtype {dt} (as in the first sample), got {adt}")
+            slow = True  # same type, other byte order: NumPy swaps while copying
+        shape = value.shape
+        if shape != self._shapes[leaf]:
+            raise LayoutMismatchError(
+                f"{path}: expected shape {self._shapes[leaf]} (as in the first sample), got "
+                f"{shape}")
+        if not slow:
+            try:
+                PyObject_GetBuffer(value, &src, PyBUF_SIMPLE)
+            except BufferError:
+                slow = True  # not C-contiguous
+        if slow:
+            _copyto(_ndarray(shape, dt, buffer=self._region,
+                             offset=(dst - self._base)), value, casting="equiv")
+            return 0
+        try:
+            if src.len != rb:
+                raise SampleTooLargeError(
+                    f"{path}: {src.len} bytes do not match the field's {rb} bytes per row")
+            if rb >= NOGIL_BYTES:
+                with nogil:
+                    rc = fl_pack_copy(dst, <size_t>rb, 0, src.buf, <size_t>src.len)
+            else:
+                rc = fl_pack_copy(dst, <size_t>rb, 0, src.buf, <size_t>src.len)
+            if rc != FL_OK:
+                raise SampleTooLargeError(f"{path}: copy out of bounds")
+        finally:
+            PyBuffer_Release(&src)
+        return 0
+
+
+cdef class SlotLease:
+    """Owner (``.base``) of the arrays of one zero-copy batch.
+
+    It exports the slot's bytes as a writable buffer and keeps the shared region mapped. When the
+    last array of the batch is garbage-collected the lease dies and hands the slot back
+    (``returner.release(slot)``), so the slot is never reused while any of its arrays lives.
+    """
+    cdef Py_buffer _view
+    cdef bint _has_view
+    cdef char *_ptr
+    cdef Py_ssize_t _len
+    cdef readonly Py_ssize_t slot
+    cdef object _returner
+
+    def __cinit__(self, region, Py_ssize_t offset, Py_ssize_t length, Py_ssize_t slot,
+                  returner=None):
+        PyObject_GetBuffer(region, &self._view, PyBUF_WRITABLE | PyBUF_SIMPLE)
+        self._has_view = True
+        if offset < 0 or length < 0 or offset > self._view.len or length > self._view.len - offset:
+            raise ValueError("lease range outside the region")
+        self._ptr = <char *>self._view.buf + offset
+        self._len = length
+        self.slot = slot
+        self._returner = returner
+
+    def __getbuffer__(self, Py_buffer *buffer, int flags):
+        PyBuffer_FillInfo(buffer, self, self._ptr, self._len, 0, flags)
+
+    def __releasebuffer__(self, Py_buffer *buffer):
+        pass
+
+    def __len__(self):
+        return self._len
+
+    def __dealloc__(self):
+        returner = self._returner
+        self._returner = None
+        if returner is not None:
+            try:
+                returner.release(self.slot)
+            except BaseException:
+                pass
+        if self._has_view:
+            PyBuffer_Release(&self._view)
+            self._has_view = False

@@ -1,0 +1,250 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True, embedsignature=True
+"""RingIndex: the Python face of csrc/fl_ring.c over a shared buffer.
+
+This module only converts types, releases the GIL around waits and turns status codes into
+exceptions (fastload._status); all policy lives in the Python layer.
+"""
+from libc.stdint cimport uint32_t, uint64_t, int64_t
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
+
+from fastload._cdefs cimport *
+from fastload._status import raise_for_status
+
+FREE = FL_SLOT_FREE
+QUEUED = FL_SLOT_QUEUED
+CLAIMED = FL_SLOT_CLAIMED
+READY = FL_SLOT_READY
+FAILED = FL_SLOT_FAILED
+READING = FL_SLOT_READING
+F_SPILLED = FL_SLOT_F_SPILLED
+LAYOUT_VERSION = FL_LAYOUT_VERSION
+MAX_SLOTS = FL_MAX_SLOTS
+MAX_WORKERS = FL_MAX_WORKERS
+
+STATUS_CODES = {
+    "OK": FL_OK, "ETIMEOUT": FL_ETIMEOUT, "ESTOPPED": FL_ESTOPPED, "ELAYOUT": FL_ELAYOUT,
+    "EINVAL": FL_EINVAL, "ESTATE": FL_ESTATE, "ERANGE": FL_ERANGE, "ENOSPACE": FL_ENOSPACE,
+}
+
+
+def strerror(int rc):
+    """The C core's message for a status code."""
+    return fl_strerror(rc).decode()
+
+
+cdef inline int _check(int rc, str context) except -1:
+    if rc != FL_OK:
+        raise_for_status(rc, fl_strerror(rc).decode(), context)
+    return 0
+
+
+def control_nbytes(uint32_t nslots):
+    """Bytes the ring's control block needs for ``nslots`` slots."""
+    cdef size_t n = fl_ring_nbytes(nslots)
+    if n == 0:
+        raise ValueError(f"nslots must be in [1, {FL_MAX_SLOTS}], got {nslots}")
+    return n
+
+
+def state_bits(uint32_t word):
+    """Split a slot state word into (state, owner, generation)."""
+    return FL_STATE_BITS(word), FL_OWNER_BITS(word), FL_GEN_BITS(word)
+
+
+cdef class RingIndex:
+    """A ring over a writable buffer (the whole shared region).
+
+    ``RingIndex(buffer)`` attaches to a formatted region; ``RingIndex.create(...)`` formats it.
+    The buffer stays exported (so it cannot be unmapped) until :meth:`close`.
+    """
+    cdef Py_buffer _view
+    cdef bint _has_view
+    cdef void *_mem
+    cdef size_t _nbytes
+    cdef readonly uint32_t nslots
+    cdef readonly uint64_t slot_bytes
+    cdef readonly uint64_t data_offset
+
+    def __cinit__(self, buffer, *, bint _format=False, uint32_t nslots=0, uint64_t slot_bytes=0,
+                  uint64_t data_offset=0, int64_t creator_pid=0):
+        PyObject_GetBuffer(buffer, &self._view, PyBUF_WRITABLE | PyBUF_SIMPLE)
+        self._has_view = True
+        self._mem = self._view.buf
+        self._nbytes = <size_t>self._view.len
+        if _format:
+            _check(fl_ring_init(self._mem, self._nbytes, nslots, slot_bytes, data_offset,
+                                creator_pid), "formatting the shared region")
+        _check(fl_ring_attach(self._mem, self._nbytes), "attaching to the shared region")
+        cdef fl_header *h = <fl_header *>self._mem
+        self.nslots = h.nslots
+        self.slot_bytes = h.slot_bytes
+        self.data_offset = h.data_offset
+
+    @classmethod
+    def create(cls, buffer, uint32_t nslots, uint64_t slot_bytes, uint64_t data_offset,
+               int64_t creator_pid):
+        """Format ``buffer`` as a ring of ``nslots`` slots of ``slot_bytes`` at ``data_offset``."""
+        return cls(buffer, _format=True, nslots=nslots, slot_bytes=slot_bytes,
+                   data_offset=data_offset, creator_pid=creator_pid)
+
+    def __dealloc__(self):
+        if self._has_view:
+            PyBuffer_Release(&self._view)
+            self._has_view = False
+
+    def close(self):
+        """Drop the buffer export (idempotent). Every other method then raises ValueError."""
+        if self._has_view:
+            self._mem = NULL
+            PyBuffer_Release(&self._view)
+            self._has_view = False
+
+    @property
+    def closed(self):
+        return not self._has_view
+
+    cdef inline void *_m(self) except NULL:
+        if self._mem == NULL:
+            raise ValueError("the ring is closed")
+        return self._mem
+
+    cdef inline int _slot_ok(self, uint32_t slot) except -1:
+        if slot >= self.nslots:
+            raise IndexError(f"slot {slot} out of range [0, {self.nslots})")
+        return 0
+
+    def queue(self, uint32_t slot, uint64_t seq, uint64_t epoch, uint32_t count):
+        """[parent] FREE -> QUEUED: hand ``slot`` to the workers as batch ``seq``."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        _check(fl_ring_queue(m, slot, seq, epoch, count), f"queueing slot {slot}")
+
+    def claim(self, uint32_t worker_id, double timeout):
+        """[worker] Claim the oldest queued slot, waiting up to ``timeout`` seconds (GIL released).
+
+        Returns ``(slot, state_word)``, or ``(-1, 0)`` on timeout, ``(-2, 0)`` once stopped.
+        """
+        cdef void *m = self._m()
+        cdef uint32_t slot = 0, state = 0
+        cdef int64_t ns = <int64_t>(timeout * 1e9)
+        cdef int rc
+        with nogil:
+            rc = fl_ring_claim(m, worker_id, ns, &slot, &state)
+        if rc == FL_OK:
+            return slot, state
+        if rc == FL_ETIMEOUT:
+            return -1, 0
+        if rc == FL_ESTOPPED:
+            return -2, 0
+        _check(rc, f"worker {worker_id} claiming a slot")
+
+    def publish(self, uint32_t slot, uint32_t claimed_state, bint ok):
+        """[worker] CLAIMED -> READY/FAILED. False if the slot was reclaimed meanwhile."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef int rc = fl_ring_publish(m, slot, claimed_state, ok)
+        if rc == FL_ESTATE:
+            return False
+        _check(rc, f"publishing slot {slot}")
+        return True
+
+    def wait(self, uint32_t slot, double timeout):
+        """[parent] Wait (GIL released) up to ``timeout`` s for ``slot`` to be done.
+
+        Returns the state word, or -1 on timeout."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef uint32_t state = 0
+        cdef int64_t ns = <int64_t>(timeout * 1e9)
+        cdef int rc
+        with nogil:
+            rc = fl_ring_wait(m, slot, ns, &state)
+        if rc == FL_ETIMEOUT:
+            return -1
+        _check(rc, f"waiting for slot {slot}")
+        return state
+
+    def begin_read(self, uint32_t slot):
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        _check(fl_ring_begin_read(m, slot), f"reading slot {slot}")
+
+    def release(self, uint32_t slot):
+        """[parent] READING/READY/FAILED -> FREE. False if the slot was not in those states."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef int rc = fl_ring_release(m, slot)
+        if rc == FL_ESTATE:
+            return False
+        _check(rc, f"releasing slot {slot}")
+        return True
+
+    def cancel(self, uint32_t slot):
+        """[parent] QUEUED -> FREE if unclaimed. True if it was cancelled."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef int cancelled = 0
+        _check(fl_ring_cancel(m, slot, &cancelled), f"cancelling slot {slot}")
+        return bool(cancelled)
+
+    def reclaim(self, uint32_t worker_id):
+        """[parent] Re-queue the slots claimed by dead worker ``worker_id``; returns the count."""
+        cdef void *m = self._m()
+        cdef uint32_t n = 0
+        _check(fl_ring_reclaim(m, worker_id, &n), f"reclaiming worker {worker_id}'s slots")
+        return n
+
+    def stop(self):
+        """[parent] Set the stop flag and wake every sleeping worker."""
+        _check(fl_ring_stop(self._m()), "stopping the ring")
+
+    @property
+    def stopped(self):
+        return self._mem == NULL or fl_ring_stopped(self._mem) != 0
+
+    def state(self, uint32_t slot):
+        """The slot's state word (use :func:`state_bits` to split it)."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef uint32_t w = 0
+        fl_ring_slot_state(m, slot, &w)
+        return w
+
+    def slot_info(self, uint32_t slot):
+        """A snapshot of a slot's header, for error messages and tests."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef fl_slot_info i
+        _check(fl_ring_slot_info(m, slot, &i), f"reading slot {slot}")
+        return {
+            "state": FL_STATE_BITS(i.state), "owner": FL_OWNER_BITS(i.state),
+            "gen": FL_GEN_BITS(i.state), "seq": i.seq, "epoch": i.epoch, "count": i.count,
+            "progress": i.progress, "pid": i.pid, "flags": i.flags, "var_bytes": i.var_bytes,
+        }
+
+    def slot_count(self, uint32_t slot):
+        """Rows in the batch queued into ``slot``."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        return fl_ring_slot(m, slot).count
+
+    def set_progress(self, uint32_t slot, uint64_t rows, uint32_t pid):
+        """[worker] Record how many rows are done (for error messages about hangs and crashes)."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        fl_ring_set_progress(m, slot, rows, pid)
+
+    def set_result(self, uint32_t slot, uint32_t flags, uint64_t var_bytes):
+        """[worker] Record the result flags and variable-area size before publishing."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        fl_ring_set_result(m, slot, flags, var_bytes)
+
+    def stats(self):
+        """Operation counters from the control block (exact when no one is running)."""
+        cdef fl_header *h = <fl_header *>self._m()
+        return {
+            "queued": h.n_queued, "claimed": h.n_claimed, "published": h.n_published,
+            "released": h.n_released, "reclaimed": h.n_reclaimed, "cancelled": h.n_cancelled,
+            "futex_waits": h.n_futex_waits, "futex_wakes": h.n_futex_wakes,
+        }

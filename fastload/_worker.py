@@ -1,0 +1,277 @@
+"""The worker process: entry point, hygiene, and the fill loop.
+
+NOTE [worker protocol]
+Each worker has one duplex pipe (a socketpair) to the parent. Parent -> worker messages:
+``("probe", index)``: load one sample and reply ``("layout", BatchLayout)`` (or an error);
+``("attach", layout, nbytes)`` followed by the region's fd (SCM_RIGHTS): map it and start filling;
+``("stop",)``: exit 0. Worker -> parent: ``("layout", ...)``, ``("error", slot, state, payload)``
+for a batch that raised (sent *after* the slot is marked FAILED, so a large message can never
+block a worker that the parent is not yet reading), ``("spill", slot, state, payload)`` for object
+leaves that did not fit the slot's variable area, ``("init_error", payload)``.
+Batch data never travels through the pipe: workers write straight into slots.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import pickle
+import signal
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from multiprocessing import parent_process
+from multiprocessing.connection import Connection, wait
+from multiprocessing.reduction import recv_handle
+from typing import Any
+
+__all__ = ["WorkerInfo", "get_worker_info", "worker_main", "pack_exception"]
+
+#: How long one wait for work lasts before the worker re-checks its pipe and the stop flag.
+_CLAIM_TIMEOUT_S = 0.1
+#: How often the watchdog thread checks that the parent is alive (it also wakes on its sentinel).
+_WATCHDOG_PERIOD_S = 0.5
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What :func:`get_worker_info` returns inside a worker."""
+
+    id: int
+    num_workers: int
+    seed: int
+    dataset: Any
+
+
+_worker_info: WorkerInfo | None = None
+
+
+def get_worker_info() -> WorkerInfo | None:
+    """Inside a worker: its :class:`WorkerInfo`. In the main process: ``None``."""
+    return _worker_info
+
+
+def pack_exception(exc: BaseException, index: int | None, worker_id: int) -> bytes:
+    """Serialise an exception from user code with its traceback text (never raises)."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        exc_bytes: bytes | None = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(exc_bytes)  # an exception that pickles but cannot be rebuilt
+    except Exception:
+        exc_bytes = None
+    info = {
+        "type_name": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "message": _safe_str(exc),
+        "exc": exc_bytes,
+        "tb": tb,
+        "index": index,
+        "worker_id": worker_id,
+        "pid": os.getpid(),
+    }
+    return pickle.dumps(info, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__name__}: str() failed>"
+
+
+def _set_pdeathsig() -> None:
+    """Linux: have the kernel SIGKILL this worker when the parent thread dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except Exception:  # pragma: no cover - best effort, the watchdog still runs
+        pass
+
+
+def _start_watchdog(parent_pid: int) -> None:
+    """Exit when the parent dies, even while user code is stuck (portable twin of PDEATHSIG)."""
+    parent = parent_process()
+    sentinel = parent.sentinel if parent is not None else None
+
+    def watch() -> None:
+        while True:
+            if sentinel is not None:
+                try:
+                    if wait([sentinel], timeout=_WATCHDOG_PERIOD_S):
+                        os._exit(0)
+                except OSError:
+                    os._exit(0)
+            else:  # pragma: no cover
+                threading.Event().wait(_WATCHDOG_PERIOD_S)
+            if os.getppid() != parent_pid:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="fastload-watchdog", daemon=True).start()
+
+
+def worker_main(
+    worker_id: int,
+    num_workers: int,
+    conn: Connection,
+    dataset_payload: Any,
+    pickled: bool,
+    worker_init: Any,
+    seed: int,
+    parent_pid: int,
+    pdeathsig: bool,
+) -> None:
+    """Entry point of every worker process (module-level: works with spawn and forkserver)."""
+    # Hygiene first: Ctrl+C goes to the parent only (it shuts us down); native crashes print.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    faulthandler.enable()
+    if pdeathsig:
+        _set_pdeathsig()
+    if os.getppid() != parent_pid:
+        os._exit(0)  # the parent died before PDEATHSIG was armed
+    _start_watchdog(parent_pid)
+    try:
+        dataset = pickle.loads(dataset_payload) if pickled else dataset_payload
+        _seed_worker(seed, worker_id)
+        global _worker_info
+        _worker_info = WorkerInfo(worker_id, num_workers, seed, dataset)
+        if worker_init is not None:
+            worker_init(worker_id)
+    except BaseException as e:
+        conn.send(("init_error", pack_exception(e, None, worker_id)))
+        conn.close()
+        os._exit(1)
+    _Filler(worker_id, conn, dataset).run()
+    os._exit(0)
+
+
+def _seed_worker(seed: int, worker_id: int) -> None:
+    """Distinct, reproducible global RNG state per worker (NumPy and `random`)."""
+    import random
+
+    import numpy as np
+
+    ss = np.random.SeedSequence(seed).spawn(worker_id + 1)[worker_id]
+    state = ss.generate_state(4)
+    random.seed(int(state[0]) << 32 | int(state[1]))
+    np.random.seed(state[2:4])
+
+
+class _Filler:
+    """The fill loop: claim a slot, load its samples, pack them, publish. One per worker."""
+
+    def __init__(self, worker_id: int, conn: Connection, dataset: Any) -> None:
+        self.worker_id = worker_id
+        self.conn = conn
+        self.dataset = dataset
+        self.pid = os.getpid()
+        self.ring: Any = None
+        self.packer: Any = None
+        self.region: Any = None
+        self.layout: Any = None
+        self.getitems = getattr(dataset, "__getitems__", None)
+
+    def run(self) -> None:
+        while True:
+            if self.ring is None:
+                if not self._handle(self.conn.recv()):
+                    return
+                continue
+            slot, state = self.ring.claim(self.worker_id, _CLAIM_TIMEOUT_S)
+            if slot >= 0:
+                self._fill(slot, state)
+            elif slot == -2 or (self.conn.poll() and not self._handle(self.conn.recv())):
+                return
+
+    def _handle(self, msg: tuple[Any, ...]) -> bool:
+        kind = msg[0]
+        if kind == "stop":
+            return False
+        if kind == "probe":
+            index = msg[1]
+            try:
+                from .layout import BatchLayout
+
+                layout = BatchLayout(self.dataset[index], msg[2])
+                self.conn.send(("layout", layout))
+            except BaseException as e:
+                self.conn.send(("probe_error", pack_exception(e, index, self.worker_id)))
+            return True
+        if kind == "attach":
+            from ._pack import Packer
+            from ._region import SharedRegion
+            from ._ring import RingIndex
+
+            self.layout, nbytes = msg[1], msg[2]
+            fd = recv_handle(self.conn)
+            self.region = SharedRegion.attach(fd, nbytes)
+            self.ring = RingIndex(self.region.mm)
+            self.packer = Packer(
+                self.region.mm,
+                self.ring.data_offset,
+                self.ring.slot_bytes,
+                self.ring.nslots,
+                self.layout.batch_size,
+                self.layout.tree,
+                self.layout.packer_fields,
+            )
+            return True
+        raise RuntimeError(f"fastload worker: unknown message {kind!r}")
+
+    def _fill(self, slot: int, state: int) -> None:
+        import numpy as np
+
+        ring, layout = self.ring, self.layout
+        count = ring.slot_count(slot)
+        base = ring.data_offset + slot * ring.slot_bytes
+        indices = np.frombuffer(self.region.mm, np.int64, count, base + layout.index_offset)
+        idx_list = indices.tolist()
+        objects: list[Any] | None = [] if layout.n_objects else None
+        index = None
+        try:
+            pack, ds = self.packer.pack, self.dataset
+            objs = objects if objects is not None else []
+            if self.getitems is not None:
+                samples = self.getitems(idx_list)
+                if len(samples) != count:
+                    raise ValueError(
+                        f"__getitems__ returned {len(samples)} samples for {count} indices"
+                    )
+                for row, sample in enumerate(samples):
+                    index = idx_list[row]
+                    pack(slot, row, sample, objs)
+            else:
+                for row, index in enumerate(idx_list):
+                    ring.set_progress(slot, row, self.pid)
+                    pack(slot, row, ds[index], objs)
+            flags, var_bytes = 0, 0
+            if objects is not None:
+                flags, var_bytes = self._put_objects(slot, base, objects)
+        except BaseException as e:
+            if isinstance(e, (SystemExit, KeyboardInterrupt)):
+                raise
+            payload = pack_exception(e, index, self.worker_id)
+            del e
+            if ring.publish(slot, state, False):
+                self.conn.send(("error", slot, state, payload))
+            return
+        ring.set_result(slot, flags, var_bytes)
+        if not ring.publish(slot, state, True):
+            return  # reclaimed meanwhile (cannot happen while we live) or cancelled
+        if flags:
+            self.conn.send(("spill", slot, state, pickle.dumps(objects, protocol=5)))
+
+    def _put_objects(self, slot: int, base: int, objects: list[Any]) -> tuple[int, int]:
+        from ._ring import F_SPILLED
+
+        data = pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)
+        layout = self.layout
+        if len(data) > layout.var_bytes:
+            return F_SPILLED, 0
+        start = base + layout.var_offset
+        self.region.mm[start : start + len(data)] = data
+        return 0, len(data)

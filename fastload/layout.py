@@ -1,0 +1,221 @@
+"""BatchLayout: from the first sample to the byte layout of a slot (pure Python).
+
+NOTE [slot payload layout]
+A slot holds one batch. Its payload is, in order, each region aligned to ``ALIGN`` bytes:
+
+1. the batch's sample indices, ``batch_size`` int64 (written by the parent, read by workers);
+2. one region per array leaf, ``batch_size`` rows of ``itemsize * prod(shape)`` bytes;
+3. the variable area, holding the batch's object leaves (strings, arbitrary Python objects)
+   pickled once per batch; a batch whose objects do not fit is sent over the worker's pipe instead
+   (counted in ``Loader.stats()["spilled_batches"]``).
+
+The structure of a sample (tuples, lists, dicts, namedtuples, nested to any depth) is kept as a
+``tree`` of small tuples that the compiled packer walks; arrays in a batch are views into the slot
+stacked on a new leading axis, exactly ``np.stack`` of the samples' leaves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import LayoutMismatchError
+
+__all__ = ["BatchLayout", "Field", "ALIGN"]
+
+#: Alignment of every region inside a slot (a cache line; SIMD loads stay aligned).
+ALIGN = 64
+#: Smallest variable area reserved when a sample has object leaves.
+MIN_VAR_BYTES = 64 * 1024
+#: Slots are rounded up to whole pages so that large copies start page-aligned.
+PAGE = 4096
+
+# Node kinds (must match fastload/_pack.pyx).
+N_TUPLE, N_LIST, N_DICT, N_NAMEDTUPLE, N_ARRAY, N_OBJECT = range(6)
+
+
+def _align(x: int, a: int = ALIGN) -> int:
+    return (x + a - 1) // a * a
+
+
+@dataclass(frozen=True)
+class Field:
+    """One leaf of a sample: where it sits in the sample, and where its rows sit in a slot."""
+
+    path: str
+    dtype: np.dtype[Any] | None  # None for an object leaf
+    shape: tuple[int, ...]
+    offset: int  # from the start of the slot payload (array leaves)
+    row_bytes: int
+
+    @property
+    def is_object(self) -> bool:
+        return self.dtype is None
+
+
+def _is_namedtuple(x: object) -> bool:
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+def _leaf_array(x: object) -> np.ndarray[Any, Any] | None:
+    """The array a leaf packs as, or None for an object leaf (packed by pickle)."""
+    if isinstance(x, np.ndarray):
+        return None if x.dtype.hasobject else x
+    if isinstance(x, np.generic):
+        a = np.asarray(x)
+        return None if a.dtype.hasobject else a
+    if type(x) is bool:
+        return np.asarray(x, dtype=np.bool_)
+    if type(x) is int:
+        try:
+            return np.asarray(x, dtype=np.int64)
+        except OverflowError:
+            return None
+    if type(x) is float:
+        return np.asarray(x, dtype=np.float64)
+    if type(x) is complex:
+        return np.asarray(x, dtype=np.complex128)
+    if hasattr(x, "__array__") and not isinstance(x, (str, bytes)):
+        # Array-likes from other libraries (e.g. a CPU torch tensor).
+        try:
+            a = np.asarray(x)
+        except Exception:
+            return None
+        return None if a.dtype.hasobject else a
+    return None
+
+
+class BatchLayout:
+    """The layout of one slot, computed from the first sample.
+
+    Parameters
+    ----------
+    sample : object
+        The first sample: an array, a scalar or a nested tuple / list / dict / namedtuple of them.
+    batch_size : int
+        Rows per slot.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> lay = BatchLayout((np.zeros((2, 3), np.float32), 7), batch_size=4)
+    >>> [(f.path, str(f.dtype), f.shape) for f in lay.fields]
+    [('sample[0]', 'float32', (2, 3)), ('sample[1]', 'int64', ())]
+    """
+
+    def __init__(self, sample: object, batch_size: int) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size = batch_size
+        self.fields: list[Field] = []  # array leaves, in tree order
+        self.object_paths: list[str] = []  # object leaves, in tree order
+        self._offset = _align(8 * batch_size)  # after the index area
+        self.tree = self._build(sample, "sample", depth=0)
+        self.index_offset = 0
+        self.var_offset = self._offset
+        self.var_bytes = 0
+        if self.object_paths:
+            import pickle
+
+            objs: list[object] = []
+            self._collect_objects(self.tree, sample, objs)
+            try:
+                per_sample = len(pickle.dumps(objs, protocol=pickle.HIGHEST_PROTOCOL))
+            except Exception:
+                per_sample = 1024
+            self.var_bytes = _align(max(MIN_VAR_BYTES, 2 * per_sample * batch_size + 1024))
+        self.slot_bytes = _align(self.var_offset + self.var_bytes, PAGE)
+
+    # -- construction ------------------------------------------------------------------------
+    def _build(self, x: object, path: str, depth: int) -> tuple[Any, ...]:
+        if depth > 64:
+            raise LayoutMismatchError(f"{path}: sample nested deeper than 64 levels")
+        if _is_namedtuple(x):
+            t = x  # type: ignore[assignment]
+            kids = tuple(
+                self._build(v, f"{path}.{name}", depth + 1)
+                for name, v in zip(type(x)._fields, t)  # type: ignore[attr-defined]
+            )
+            return (N_NAMEDTUPLE, path, kids, type(x))
+        if isinstance(x, (tuple, list)):
+            kind = N_TUPLE if isinstance(x, tuple) else N_LIST
+            kids = tuple(self._build(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(x))
+            return (kind, path, kids)
+        if isinstance(x, dict):
+            keys = tuple(x.keys())
+            kids = tuple(self._build(x[k], f"{path}[{k!r}]", depth + 1) for k in keys)
+            return (N_DICT, path, kids, keys)
+        a = _leaf_array(x)
+        if a is None:
+            self.object_paths.append(path)
+            return (N_OBJECT, path, len(self.object_paths) - 1)
+        dt = a.dtype.newbyteorder("=") if a.dtype.byteorder not in ("=", "|") else a.dtype
+        dt = np.dtype(dt)
+        row_bytes = int(dt.itemsize * math.prod(a.shape))
+        offset = self._offset
+        self._offset = _align(offset + row_bytes * self.batch_size)
+        self.fields.append(Field(path, dt, tuple(int(s) for s in a.shape), offset, row_bytes))
+        return (N_ARRAY, path, len(self.fields) - 1)
+
+    def _collect_objects(self, node: tuple[Any, ...], x: Any, out: list[object]) -> None:
+        kind = node[0]
+        if kind == N_OBJECT:
+            out.append(x)
+        elif kind in (N_TUPLE, N_LIST, N_NAMEDTUPLE):
+            for child, v in zip(node[2], x):
+                self._collect_objects(child, v, out)
+        elif kind == N_DICT:
+            for child, k in zip(node[2], node[3]):
+                self._collect_objects(child, x[k], out)
+
+    # -- use ---------------------------------------------------------------------------------
+    @property
+    def packer_fields(self) -> list[tuple[int, int, np.dtype[Any], tuple[int, ...]]]:
+        return [(f.offset, f.row_bytes, f.dtype, f.shape) for f in self.fields]  # type: ignore[misc]
+
+    @property
+    def n_objects(self) -> int:
+        return len(self.object_paths)
+
+    def unpack(self, buf: Any, count: int, objects: list[object] | None) -> Any:
+        """Build the batch: the sample's structure with each leaf stacked on a new axis.
+
+        ``buf`` exports the slot payload (a SlotLease or any buffer); arrays are views into it.
+        ``objects`` is the flat list of the batch's object leaves (``count * n_objects``).
+        """
+        arrays = [
+            np.ndarray((count, *f.shape), f.dtype, buffer=buf, offset=f.offset)
+            for f in self.fields
+        ]
+        return self._assemble(self.tree, arrays, objects, count)
+
+    def _assemble(self, node: tuple[Any, ...], arrays: list[Any], objects: Any, count: int) -> Any:
+        kind = node[0]
+        if kind == N_ARRAY:
+            return arrays[node[2]]
+        if kind == N_OBJECT:
+            k, j = self.n_objects, node[2]
+            return [objects[r * k + j] for r in range(count)]
+        kids = [self._assemble(c, arrays, objects, count) for c in node[2]]
+        if kind == N_TUPLE:
+            return tuple(kids)
+        if kind == N_LIST:
+            return kids
+        if kind == N_NAMEDTUPLE:
+            return node[3](*kids)
+        return dict(zip(node[3], kids))
+
+    def describe(self) -> str:
+        """One line per leaf, for error messages and ``repr``."""
+        lines = [f"  {f.path}: {f.dtype} {f.shape}" for f in self.fields]
+        lines += [f"  {p}: Python object (pickled)" for p in self.object_paths]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (
+            f"BatchLayout(batch_size={self.batch_size}, slot_bytes={self.slot_bytes},"
+            f" fields=\n{self.describe()})"
+        )

@@ -1,0 +1,740 @@
+"""Loader: the public iterator over batches, and the engine that drives the ring.
+
+NOTE [data path]
+The parent plans batches (an epoch's order depends only on seed and epoch), writes each batch's
+sample indices into a FREE slot and queues it; a worker claims the slot, calls ``dataset[i]``
+for each index and packs every sample straight into its row of the slot; the parent waits for
+the slot, and hands the user NumPy views of it whose owner (``.base``) is a ``SlotLease``. The
+slot is FREE again when the last array of the batch dies. The queue runs ahead into the next
+epoch, so workers keep filling while the user is between epochs.
+
+NOTE [held batches]
+The ring has ``num_workers * prefetch`` slots in flight plus ``max_held`` slots the user may hold
+as zero-copy batches. When the user already holds ``max_held`` batches, the next batch is
+returned as a copy (one memcpy of the slot) and its slot is reused at once: holding any number of
+batches never deadlocks and never lets a held batch change. ``Loader.stats()["copied_batches"]``
+counts those copies.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import pickle
+import time
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ._errors_remote import rebuild_exception
+from ._pool import _POLL_INTERVAL_S, WorkerPool, exit_code_name
+from ._worker import pack_exception
+from .errors import LoaderClosedError, LoaderTimeoutError, WorkerDied
+from .layout import PAGE, BatchLayout
+
+try:
+    from . import _pack, _ring
+except ImportError as e:  # pragma: no cover - exercised only on broken installs
+    raise ImportError(
+        f"fastload's compiled core is not importable ({e}). Reinstall with a C compiler and "
+        "Python headers available (e.g. apt-get install build-essential python3-dev; then "
+        "pip install --force-reinstall --no-binary fastload fastload)."
+    ) from e
+
+__all__ = ["Loader", "backend"]
+
+#: The compiled core is always in use (there is no slow fallback engine).
+backend = "c"
+
+_exiting = False
+
+
+def _set_exiting() -> None:
+    global _exiting
+    _exiting = True
+
+
+_atexit_registered = False
+
+_STATE_NAMES = {
+    _ring.FREE: "FREE",
+    _ring.QUEUED: "QUEUED",
+    _ring.CLAIMED: "CLAIMED",
+    _ring.READY: "READY",
+    _ring.FAILED: "FAILED",
+    _ring.READING: "READING",
+}
+
+
+class _Returner:
+    """Takes slots back from dying leases (in whatever thread the last array is freed)."""
+
+    def __init__(self, ring: Any) -> None:
+        self.ring = ring
+        self.freed: deque[int] = deque()
+        self.closed = False
+
+    def release(self, slot: int) -> None:
+        if not self.closed:
+            self.ring.release(slot)
+            self.freed.append(slot)
+
+
+class _Engine:
+    """Everything a loader owns. Holds no reference to the Loader (so finalizers work)."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        n: int,
+        batch_size: int,
+        shuffle: bool,
+        seed: int,
+        drop_last: bool,
+        num_workers: int,
+        prefetch: int,
+        start_method: str | None,
+        worker_init: Any,
+        timeout: float | None,
+        max_held: int,
+        copy: bool,
+    ) -> None:
+        self.pid = os.getpid()
+        self.dataset = dataset
+        self.n = n
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.num_workers = num_workers
+        self.timeout = timeout
+        self.max_held = max_held
+        self.copy = copy
+        self.nbatches = n // batch_size if drop_last else math.ceil(n / batch_size)
+        self.depth = max(1, num_workers * prefetch)
+        self.nslots = self.depth + max_held
+        self.closed = False
+        self.layout: BatchLayout | None = None
+        self.region: Any = None
+        self.ring: Any = None
+        self.returner: _Returner | None = None
+        self.free: list[int] = []
+        self.leased: set[int] = set()
+        self.stale: set[int] = set()
+        self.inflight: deque[tuple[int, int, int, int]] = deque()  # (seq, slot, epoch, batch)
+        self.msgs: dict[tuple[int, int], tuple[Any, ...]] = {}
+        self.seq = 0
+        self.next_epoch = 0
+        self.active_epoch: int | None = None
+        self.superseded_epoch: int | None = None
+        self.consumed = 0
+        self.plan_epoch = 0
+        self.plan_batch = 0
+        self._orders: dict[int, np.ndarray[Any, Any]] = {}
+        self.counters = {"copied_batches": 0, "spilled_batches": 0, "worker_restarts": 0}
+        self.pool: WorkerPool | None = None
+        self.probe_sent = False
+        if num_workers > 0:
+            self.pool = WorkerPool(dataset, num_workers, start_method, worker_init, seed)
+            self._send_probe()
+
+    # -- order -------------------------------------------------------------------------------
+    def order(self, epoch: int) -> np.ndarray[Any, Any]:
+        o = self._orders.get(epoch)
+        if o is None:
+            if self.shuffle:
+                rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, epoch])))
+                o = rng.permutation(self.n).astype(np.int64)
+            else:
+                o = np.arange(self.n, dtype=np.int64)
+            for old in [e for e in self._orders if e < epoch - 1]:
+                del self._orders[old]
+            self._orders[epoch] = o
+        return o
+
+    def batch_indices(self, epoch: int, b: int) -> np.ndarray[Any, Any]:
+        return self.order(epoch)[b * self.batch_size : (b + 1) * self.batch_size]
+
+    # -- epochs ------------------------------------------------------------------------------
+    def check_usable(self) -> None:
+        if self.closed:
+            raise LoaderClosedError("this Loader is closed; create a new one")
+        if os.getpid() != self.pid:
+            raise RuntimeError(
+                "a fastload Loader can only be used in the process that created it "
+                f"(created in pid {self.pid}, used in pid {os.getpid()})"
+            )
+
+    def start_epoch(self) -> int:
+        self.check_usable()
+        if self.active_epoch is not None:
+            self.superseded_epoch = self.active_epoch
+            self.abort_epoch()
+        e = self.next_epoch
+        self.next_epoch += 1
+        self.active_epoch = e
+        self.consumed = 0
+        if self.plan_epoch < e:
+            self.plan_epoch, self.plan_batch = e, 0
+        return e
+
+    def abort_epoch(self) -> None:
+        """Drop the rest of the active epoch (break, error, or a new iter())."""
+        e = self.active_epoch
+        if e is None:
+            return
+        self.active_epoch = None
+        if self.ring is not None:
+            keep: deque[tuple[int, int, int, int]] = deque()
+            for task in self.inflight:
+                if task[2] == e:
+                    self._drop_slot(task[1])
+                else:
+                    keep.append(task)
+            self.inflight = keep
+        if self.plan_epoch == e:
+            self.plan_epoch, self.plan_batch = e + 1, 0
+
+    def _drop_slot(self, slot: int) -> None:
+        if self.ring.cancel(slot):
+            self.free.append(slot)
+        else:
+            self.stale.add(slot)
+
+    # -- the batch path ----------------------------------------------------------------------
+    def next_batch(self, epoch: int) -> Any:
+        self.check_usable()
+        if self.active_epoch != epoch:
+            if epoch != self.superseded_epoch:
+                raise StopIteration  # ended normally, or with an error already raised
+            raise RuntimeError(
+                "this epoch's iterator was superseded: iter(loader) was called again (a new "
+                "epoch started) or the epoch ended with an error"
+            )
+        if self.consumed >= self.nbatches:
+            self.active_epoch = None
+            raise StopIteration
+        try:
+            if self.pool is None:
+                batch = self._inprocess_batch(epoch, self.consumed)
+            else:
+                batch = self._worker_batch(epoch)
+        except BaseException:
+            self.abort_epoch()
+            raise
+        self.consumed += 1
+        if self.consumed >= self.nbatches:
+            self.active_epoch = None
+        return batch
+
+    def _inprocess_batch(self, epoch: int, b: int) -> Any:
+        idx = self.batch_indices(epoch, b).tolist()
+        index = idx[0]
+        try:
+            if self.layout is None:
+                self.layout = BatchLayout(self.dataset[index], self.batch_size)
+            lay = self.layout
+            buf = np.empty(lay.slot_bytes, np.uint8)
+            packer = _pack.Packer(buf, 0, lay.slot_bytes, 1, lay.batch_size, lay.tree, lay.packer_fields)
+            objs: list[Any] = []
+            getitems = getattr(self.dataset, "__getitems__", None)
+            if getitems is not None:
+                samples = getitems(idx)
+                for row, sample in enumerate(samples):
+                    index = idx[row]
+                    packer.pack(0, row, sample, objs)
+            else:
+                for row, index in enumerate(idx):
+                    packer.pack(0, row, self.dataset[index], objs)
+            packer.close()
+        except Exception as e:
+            raise rebuild_exception(pack_exception(e, index, None)) from None  # type: ignore[arg-type]
+        return lay.unpack(buf, len(idx), objs)
+
+    def _worker_batch(self, epoch: int) -> Any:
+        if self.ring is None:
+            self._setup_region()
+        self._refill()
+        seq, slot, task_epoch, b = self.inflight[0]
+        assert task_epoch == epoch and b == self.consumed, (task_epoch, epoch, b, self.consumed)
+        word = self._wait_slot(slot)
+        self.inflight.popleft()
+        st, owner, _gen = _ring.state_bits(word)
+        if st == _ring.FAILED:
+            msg = self._take_msg(owner, slot, word)
+            self.ring.release(slot)
+            self.free.append(slot)
+            if msg is None:
+                raise WorkerDied(
+                    f"worker {owner} failed batch {b} of epoch {epoch} and died before it could "
+                    "report why"
+                )
+            raise rebuild_exception(msg[3])
+        batch = self._deliver(slot, word)
+        self._refill()
+        return batch
+
+    def _deliver(self, slot: int, word: int) -> Any:
+        lay, ring = self.layout, self.ring
+        assert lay is not None
+        info = ring.slot_info(slot)
+        count = info["count"]
+        base = ring.data_offset + slot * ring.slot_bytes
+        objects: list[Any] | None = None
+        if lay.n_objects:
+            if info["flags"] & _ring.F_SPILLED:
+                msg = self._take_msg(info["owner"], slot, word)
+                if msg is None:
+                    raise WorkerDied(f"worker {info['owner']} died while sending batch objects")
+                objects = pickle.loads(msg[3])
+                self.counters["spilled_batches"] += 1
+            else:
+                start = base + lay.var_offset
+                objects = pickle.loads(self.region.mm[start : start + info["var_bytes"]])
+        self._drain_freed()
+        if not self.copy and len(self.leased) < self.max_held:
+            ring.begin_read(slot)
+            lease = _pack.SlotLease(self.region.mm, base, ring.slot_bytes, slot, self.returner)
+            self.leased.add(slot)
+            return lay.unpack(lease, count, objects)
+        # NOTE [held batches]: too many batches held (or copy=True): one copy, slot back at once.
+        data = np.empty(lay.var_offset, np.uint8)
+        data[:] = np.frombuffer(self.region.mm, np.uint8, lay.var_offset, base)
+        ring.release(slot)
+        self.free.append(slot)
+        if not self.copy:
+            self.counters["copied_batches"] += 1
+        return lay.unpack(data, count, objects)
+
+    def _drain_freed(self) -> None:
+        freed = self.returner.freed if self.returner is not None else None
+        while freed:
+            s = freed.popleft()
+            self.leased.discard(s)
+            self.free.append(s)
+
+    def _refill(self) -> None:
+        self._drain_freed()
+        ring = self.ring
+        if self.stale:
+            for s in list(self.stale):
+                st = _ring.state_bits(ring.state(s))[0]
+                if st in (_ring.READY, _ring.FAILED):
+                    ring.release(s)
+                    self.stale.discard(s)
+                    self.free.append(s)
+                elif st == _ring.QUEUED and ring.cancel(s):  # re-queued by a reclaim
+                    self.stale.discard(s)
+                    self.free.append(s)
+        cur = self.active_epoch if self.active_epoch is not None else self.next_epoch
+        lay = self.layout
+        assert lay is not None
+        while len(self.inflight) < self.depth and self.free:
+            if self.plan_batch >= self.nbatches:
+                if self.plan_epoch >= cur + 1:
+                    break  # never plan more than one epoch ahead
+                self.plan_epoch, self.plan_batch = self.plan_epoch + 1, 0
+                if self.nbatches == 0:
+                    break
+                continue
+            idx = self.batch_indices(self.plan_epoch, self.plan_batch)
+            slot = self.free.pop()
+            base = ring.data_offset + slot * ring.slot_bytes + lay.index_offset
+            np.frombuffer(self.region.mm, np.int64, len(idx), base)[:] = idx
+            ring.queue(slot, self.seq, self.plan_epoch, len(idx))
+            self.inflight.append((self.seq, slot, self.plan_epoch, self.plan_batch))
+            self.seq += 1
+            self.plan_batch += 1
+
+    def _wait_slot(self, slot: int) -> int:
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        ring = self.ring
+        while True:
+            left = _POLL_INTERVAL_S if deadline is None else min(_POLL_INTERVAL_S, deadline - time.monotonic())
+            word = ring.wait(slot, max(left, 0.0))
+            if word >= 0:
+                return word
+            self._check_workers()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise self._timeout_error(slot)
+
+    def _timeout_error(self, slot: int) -> LoaderTimeoutError:
+        info = self.ring.slot_info(slot)
+        st = info["state"]
+        if st == _ring.CLAIMED:
+            idx = self.indices_of(slot)
+            row = min(info["progress"], len(idx) - 1)
+            return LoaderTimeoutError(
+                f"no batch within timeout={self.timeout}s: worker {info['owner']} (pid "
+                f"{info['pid']}) has been loading sample index {idx[row]} (row {row} of "
+                f"{len(idx)} in this batch) for too long"
+            )
+        held = len(self.leased)
+        return LoaderTimeoutError(
+            f"no batch within timeout={self.timeout}s: the batch was still "
+            f"{_STATE_NAMES.get(st, st)} (no worker picked it up); {held} batches still "
+            "referenced by the caller"
+        )
+
+    def indices_of(self, slot: int) -> list[int]:
+        ring, lay = self.ring, self.layout
+        assert lay is not None
+        count = ring.slot_count(slot)
+        base = ring.data_offset + slot * ring.slot_bytes + lay.index_offset
+        return np.frombuffer(self.region.mm, np.int64, count, base).tolist()  # type: ignore[no-any-return]
+
+    # -- workers -----------------------------------------------------------------------------
+    def _send_probe(self) -> None:
+        assert self.pool is not None
+        if self.n == 0 or self.nbatches == 0:
+            return
+        self.pool.send(0, ("probe", int(self.order(0)[0]), self.batch_size))
+        self.probe_sent = True
+
+    def _setup_region(self) -> None:
+        """Wait for worker 0's layout, then create the region and attach every worker."""
+        pool = self.pool
+        assert pool is not None
+        if not self.probe_sent:
+            self._send_probe()
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        conn = pool.conns[0]
+        while True:
+            if conn is not None and conn.poll(_POLL_INTERVAL_S):
+                try:
+                    msg = conn.recv()
+                except EOFError:
+                    msg = None
+                if msg is not None:
+                    if msg[0] == "layout":
+                        break
+                    if msg[0] in ("probe_error", "init_error"):
+                        self.probe_sent = False
+                        raise rebuild_exception(msg[1])
+            self._check_workers()
+            conn = pool.conns[0]
+            if not self.probe_sent:
+                self._send_probe()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise LoaderTimeoutError(
+                    f"no batch within timeout={self.timeout}s: worker 0 is still loading the "
+                    "first sample"
+                )
+        self.layout = lay = msg[1]
+        ctl = _ring.control_nbytes(self.nslots)
+        data_offset = -(-ctl // PAGE) * PAGE
+        total = data_offset + self.nslots * lay.slot_bytes
+        from ._region import SharedRegion
+
+        self.region = SharedRegion(total)
+        self.ring = _ring.RingIndex.create(self.region.mm, self.nslots, lay.slot_bytes, data_offset, os.getpid())
+        self.returner = _Returner(self.ring)
+        self.free = list(range(self.nslots - 1, -1, -1))
+        for i in range(self.num_workers):
+            self._attach(i)
+
+    def _attach(self, i: int) -> None:
+        pool = self.pool
+        assert pool is not None and self.region is not None
+        try:
+            pool.send(i, ("attach", self.layout, self.region.nbytes))
+            pool.send_fd(i, self.region.fd)
+        except (OSError, EOFError):
+            pass  # died meanwhile: _check_workers restarts it
+
+    def _check_workers(self) -> None:
+        """Detect dead workers; reclaim their slots; restart them; raise WorkerDied."""
+        pool = self.pool
+        if pool is None:
+            return
+        dead = pool.dead_workers(0)
+        if not dead:
+            return
+        reports = []
+        for i in dead:
+            pid, code = pool.pid(i), pool.exitcode(i)
+            self._drain_conn(i)
+            lost = []
+            if self.ring is not None:
+                for s in range(self.nslots):
+                    info = self.ring.slot_info(s)
+                    if info["state"] == _ring.CLAIMED and info["owner"] == i:
+                        idx = self.indices_of(s)
+                        row = min(info["progress"], max(len(idx) - 1, 0))
+                        lost.append(idx[row] if idx else None)
+                self.ring.reclaim(i)
+            pool.restart(i)
+            self.counters["worker_restarts"] += 1
+            if self.ring is not None:
+                self._attach(i)
+            elif i == 0:
+                self.probe_sent = False
+            name = exit_code_name(code)
+            hint = ""
+            if code == -7:  # SIGBUS
+                hint = (
+                    " (SIGBUS: shared memory exhausted: free memory or enlarge /dev/shm, "
+                    "or reduce batch_size/prefetch)"
+                )
+            where = f" while loading sample index {lost[0]}" if lost else ""
+            reports.append(f"worker {i} (pid {pid}) died with {name}{where}{hint}")
+        if self.ring is not None and self.stale:
+            self._refill_stale_only()
+        raise WorkerDied(
+            "; ".join(reports) + ". It was restarted; this epoch was stopped, the next one "
+            "runs normally."
+        )
+
+    def _refill_stale_only(self) -> None:
+        for s in list(self.stale):
+            if self.ring.cancel(s):
+                self.stale.discard(s)
+                self.free.append(s)
+
+    def _drain_conn(self, i: int) -> None:
+        pool = self.pool
+        assert pool is not None
+        conn = pool.conns[i]
+        if conn is None:
+            return
+        try:
+            while conn.poll(0):
+                self._stash(conn.recv())
+        except (EOFError, OSError):
+            pass
+
+    def _stash(self, msg: tuple[Any, ...]) -> None:
+        if msg[0] in ("error", "spill"):
+            self.msgs[(msg[1], msg[2])] = msg
+
+    def _take_msg(self, worker: int, slot: int, word: int) -> tuple[Any, ...] | None:
+        """The pipe message that worker sent about (slot, word), watching its liveness."""
+        key = (slot, word)
+        pool = self.pool
+        assert pool is not None
+        while key not in self.msgs:
+            conn = pool.conns[worker]
+            if conn is None:
+                return None
+            try:
+                if conn.poll(_POLL_INTERVAL_S):
+                    self._stash(conn.recv())
+                    continue
+            except (EOFError, OSError):
+                return None
+            p = pool.procs[worker]
+            if p is None or p.exitcode is not None:
+                self._drain_conn(worker)
+                return self.msgs.pop(key, None)
+        return self.msgs.pop(key)
+
+    # -- shutdown ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """NOTE [shutdown] (fastload/_pool.py, docs/design.md). Idempotent; never raises."""
+        if self.closed or os.getpid() != self.pid:
+            return
+        self.closed = True
+        self.active_epoch = None
+        try:
+            if self.ring is not None:
+                self.ring.stop()  # step 1
+            if self.pool is not None:
+                self.pool.close()  # steps 2-3
+        finally:
+            if self.returner is not None:
+                self.returner.closed = True
+            if self.ring is not None:
+                self.ring.close()
+            if self.region is not None:
+                self.region.close()  # step 5
+            self.inflight.clear()
+            self.msgs.clear()
+            self.dataset = None
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.counters)
+        out["held_batches"] = len(self.leased) - len(self.returner.freed if self.returner else ())
+        out["nslots"] = self.nslots
+        out["slot_bytes"] = self.layout.slot_bytes if self.layout is not None else None
+        if self.ring is not None and not self.ring.closed:
+            out["ring"] = self.ring.stats()
+        return out
+
+
+class _EpochIterator(Iterator[Any]):
+    def __init__(self, engine: _Engine) -> None:
+        self._engine = engine
+        self.epoch = engine.start_epoch()
+
+    def __iter__(self) -> _EpochIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return self._engine.next_batch(self.epoch)
+
+    def __len__(self) -> int:
+        return self._engine.nbatches
+
+
+class Loader:
+    """Batches of NumPy arrays from a dataset, loaded by persistent worker processes.
+
+    Parameters
+    ----------
+    dataset : object
+        Anything with ``__len__`` and ``__getitem__(int)``; a sample is an array, a scalar, or a
+        tuple / list / dict / namedtuple of them, nested to any depth. Leaves that are not
+        arrays or numbers (strings, arbitrary objects) are delivered as a list per batch. A
+        ``__getitems__(list_of_int)`` method, if present, is called once per batch instead.
+    batch_size : int
+        Samples per batch (the last batch may be smaller unless ``drop_last``).
+    shuffle : bool
+        Reshuffle every epoch. The order depends only on ``(seed, epoch)``.
+    seed : int, optional
+        Seed of the shuffle and of each worker's global RNGs; random if None.
+    drop_last : bool
+        Drop the last, incomplete batch.
+    num_workers : int, optional
+        Worker processes; None means ``os.cpu_count()``; 0 loads in the calling process with
+        identical results.
+    prefetch : int
+        Batches in flight per worker.
+    start_method : {"fork", "forkserver", "spawn"}, optional
+        How workers start. Default: fork when the parent is single-threaded on Linux, else
+        forkserver.
+    worker_init : callable, optional
+        Called once in each worker as ``worker_init(worker_id)`` before it loads anything.
+    timeout : float, optional
+        Seconds to wait for one batch before raising :class:`LoaderTimeoutError`.
+    max_held : int
+        Zero-copy batches the caller may hold at once; past that, batches are copies (see
+        NOTE [held batches] in fastload/loader.py).
+    copy : bool
+        Always return owned copies instead of zero-copy views.
+
+    Examples
+    --------
+    >>> import numpy as np, fastload
+    >>> data = np.arange(10, dtype=np.float32)
+    >>> with fastload.Loader(data, batch_size=4, num_workers=0) as loader:
+    ...     [b.tolist() for b in loader]
+    [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0], [8.0, 9.0]]
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int = 1,
+        *,
+        shuffle: bool = False,
+        seed: int | None = None,
+        drop_last: bool = False,
+        num_workers: int | None = None,
+        prefetch: int = 2,
+        start_method: str | None = None,
+        worker_init: Any = None,
+        timeout: float | None = None,
+        max_held: int = 3,
+        copy: bool = False,
+    ) -> None:
+        self._engine: _Engine | None = None
+        if not hasattr(dataset, "__getitem__"):
+            raise TypeError(
+                f"dataset must support __getitem__(int) and __len__(); got {type(dataset).__name__}"
+            )
+        try:
+            n = len(dataset)
+        except TypeError:
+            raise TypeError(
+                f"dataset must define __len__(); {type(dataset).__name__} has no len()"
+            ) from None
+        n = int(n)
+        if n < 0:
+            raise ValueError(f"len(dataset) must be >= 0, got {n}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if num_workers is None:
+            num_workers = os.cpu_count() or 1
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+        if num_workers > _ring.MAX_WORKERS:
+            raise ValueError(f"num_workers must be <= {_ring.MAX_WORKERS}, got {num_workers}")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+            raise ValueError(f"prefetch must be an int >= 1, got {prefetch!r}")
+        if isinstance(max_held, bool) or not isinstance(max_held, int) or max_held < 0:
+            raise ValueError(f"max_held must be an int >= 0, got {max_held!r}")
+        if timeout is not None and not (timeout > 0):
+            raise ValueError(f"timeout must be None or > 0 seconds, got {timeout!r}")
+        if start_method not in (None, "fork", "forkserver", "spawn"):
+            raise ValueError(
+                f"start_method must be None, 'fork', 'forkserver' or 'spawn', got {start_method!r}"
+            )
+        if worker_init is not None and not callable(worker_init):
+            raise TypeError(f"worker_init must be callable, got {type(worker_init).__name__}")
+        if seed is None:
+            seed = int(np.random.SeedSequence().entropy % (2**63))  # type: ignore[operator]
+        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
+        if n == 0:
+            num_workers = 0  # nothing to load: start no process
+        global _atexit_registered
+        if not _atexit_registered:
+            atexit.register(_set_exiting)
+            _atexit_registered = True
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.seed = int(seed)
+        self._engine = _Engine(
+            dataset, n, batch_size, shuffle, int(seed), drop_last, num_workers, prefetch,
+            start_method, worker_init, timeout, max_held, copy,
+        )
+        from multiprocessing.util import Finalize
+
+        # Runs on garbage collection, and at interpreter exit before multiprocessing reaps its
+        # children (exitpriority >= 0 runs in _exit_function's first pass).
+        self._finalizer = Finalize(self, _Engine.close, args=(self._engine,), exitpriority=10)
+
+    @property
+    def start_method(self) -> str | None:
+        """The start method in use (None when there are no worker processes)."""
+        e = self._engine
+        return None if e is None or e.pool is None else e.pool.start_method
+
+    def __len__(self) -> int:
+        assert self._engine is not None
+        return self._engine.nbatches
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._engine is None:
+            raise LoaderClosedError("this Loader was not constructed")
+        return _EpochIterator(self._engine)
+
+    def close(self) -> None:
+        """Stop the workers and free the shared memory. Idempotent.
+
+        Batches still referenced stay valid (their memory is freed with the last of them).
+        """
+        if self._engine is not None:
+            self._engine.close()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: copied and spilled batches, worker restarts, ring operations."""
+        assert self._engine is not None
+        return self._engine.stats()
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        e = self._engine
+        state = "closed" if e is None or e.closed else "open"
+        return (
+            f"<fastload.Loader batch_size={self.batch_size} num_workers={self.num_workers} "
+            f"batches={len(self) if e else '?'} {state}>"
+        )
