@@ -111,7 +111,7 @@ class WorkerPool:
                 self._pickled,
                 self.worker_init,
                 self.seed,
-                os.getpid(),
+                0 if self.start_method == "forkserver" else os.getpid(),
                 self._pdeathsig,
             ),
             name=f"fastload-worker-{i}",

@@ -131,9 +131,12 @@ def worker_main(
     faulthandler.enable()
     if pdeathsig:
         _set_pdeathsig()
-    if os.getppid() != parent_pid:
+    # Our parent is the loader's process (fork, spawn) or the forkserver, which exits when the
+    # loader's process dies. parent_pid == 0: forkserver, whose pid we do not know in advance.
+    ppid = os.getppid()
+    if parent_pid and ppid != parent_pid:
         os._exit(0)  # the parent died before PDEATHSIG was armed
-    _start_watchdog(parent_pid)
+    _start_watchdog(ppid)
     try:
         dataset = pickle.loads(dataset_payload) if pickled else dataset_payload
         _seed_worker(seed, worker_id)
@@ -143,10 +146,21 @@ def worker_main(
             worker_init(worker_id)
     except BaseException as e:
         conn.send(("init_error", pack_exception(e, None, worker_id)))
-        conn.close()
+        _drain_and_close(conn)
         os._exit(1)
     _Filler(worker_id, conn, dataset).run()
     os._exit(0)
+
+
+def _drain_and_close(conn: Connection) -> None:
+    """Read what the parent already sent before closing: closing a socket with unread data
+    resets the connection, and the parent would lose the message we just sent."""
+    try:
+        while conn.poll(0):
+            conn.recv_bytes()
+    except (EOFError, OSError):
+        pass
+    conn.close()
 
 
 def _seed_worker(seed: int, worker_id: int) -> None:

@@ -406,8 +406,8 @@ class _Engine:
             if conn is not None and conn.poll(_POLL_INTERVAL_S):
                 try:
                     msg = conn.recv()
-                except EOFError:
-                    msg = None
+                except (EOFError, OSError):
+                    msg = None  # the worker died: _check_workers below says how
                 if msg is not None:
                     if msg[0] == "layout":
                         break
