@@ -19,6 +19,7 @@ counts those copies.
 from __future__ import annotations
 
 import atexit
+import logging
 import math
 import os
 import pickle
@@ -50,6 +51,9 @@ __all__ = ["Loader", "backend"]
 backend = "c"
 
 _exiting = False
+log = logging.getLogger("fastload")
+#: With on_worker_death="restart": a sample that kills this many workers raises WorkerDied.
+_MAX_KILLS_PER_SAMPLE = 3
 
 
 def _set_exiting() -> None:
@@ -101,8 +105,11 @@ class _Engine:
         timeout: float | None,
         max_held: int,
         copy: bool,
+        on_worker_death: str = "raise",
     ) -> None:
         self.pid = os.getpid()
+        self.on_worker_death = on_worker_death
+        self.kills: dict[Any, int] = {}
         self.dataset = dataset
         self.n = n
         self.batch_size = batch_size
@@ -177,6 +184,7 @@ class _Engine:
         self.next_epoch += 1
         self.active_epoch = e
         self.consumed = 0
+        self.kills.clear()
         if self.plan_epoch < e:
             self.plan_epoch, self.plan_batch = e, 0
         return e
@@ -481,11 +489,22 @@ class _Engine:
                 )
             where = f" while loading sample index {lost[0]}" if lost else ""
             reports.append(f"worker {i} (pid {pid}) died with {name}{where}{hint}")
+            for index in lost:
+                self.kills[index] = self.kills.get(index, 0) + 1
         if self.ring is not None and self.stale:
             self._refill_stale_only()
+        if self.on_worker_death == "restart":
+            worst = max(self.kills.items(), key=lambda kv: kv[1], default=(None, 0))
+            if worst[1] < _MAX_KILLS_PER_SAMPLE:
+                log.warning("%s; restarted it and re-queued its batch", "; ".join(reports))
+                return  # the re-queued batches are loaded again by the fresh worker
+            raise WorkerDied(
+                "; ".join(reports) + f". Sample index {worst[0]} killed a worker "
+                f"{worst[1]} times; giving up on this epoch (the worker was restarted)."
+            )
         raise WorkerDied(
             "; ".join(reports) + ". It was restarted; this epoch was stopped, the next one "
-            "runs normally."
+            "runs normally (pass on_worker_death='restart' to recompute the lost batch instead)."
         )
 
     def _refill_stale_only(self) -> None:
@@ -614,6 +633,11 @@ class Loader:
         NOTE [held batches] in fastload/loader.py).
     copy : bool
         Always return owned copies instead of zero-copy views.
+    on_worker_death : {"raise", "restart"}
+        What a dead worker (signal, ``os._exit``, OOM kill) does to the epoch. Either way the
+        worker is restarted. ``"raise"``: :class:`WorkerDied` ends the epoch. ``"restart"``: the
+        batch it was loading is loaded again by the fresh worker and the epoch goes on; a sample
+        that kills 3 workers raises :class:`WorkerDied` naming its index.
 
     Examples
     --------
@@ -639,8 +663,13 @@ class Loader:
         timeout: float | None = None,
         max_held: int = 3,
         copy: bool = False,
+        on_worker_death: str = "raise",
     ) -> None:
         self._engine: _Engine | None = None
+        if on_worker_death not in ("raise", "restart"):
+            raise ValueError(
+                f"on_worker_death must be 'raise' or 'restart', got {on_worker_death!r}"
+            )
         if not hasattr(dataset, "__getitem__"):
             raise TypeError(
                 f"dataset must support __getitem__(int) and __len__(); got {type(dataset).__name__}"
@@ -689,7 +718,7 @@ class Loader:
         self.seed = int(seed)
         self._engine = _Engine(
             dataset, n, batch_size, shuffle, int(seed), drop_last, num_workers, prefetch,
-            start_method, worker_init, timeout, max_held, copy,
+            start_method, worker_init, timeout, max_held, copy, on_worker_death,
         )
         from multiprocessing.util import Finalize
 
