@@ -79,8 +79,8 @@ typedef struct fl_slot_hdr {
     uint64_t epoch;         /* informative (written before QUEUED) */
     fl_atomic_u64 progress; /* rows done by the claiming worker (relaxed; for error messages) */
     fl_atomic_u32 pid;      /* pid of the claiming worker */
-    uint32_t flags;         /* worker-written before READY (e.g. FL_SLOT_F_SPILLED) */
-    uint64_t var_bytes;     /* worker-written before READY: bytes used in the variable area */
+    fl_atomic_u32 flags;    /* worker-written before READY (e.g. FL_SLOT_F_SPILLED) */
+    fl_atomic_u64 var_bytes; /* worker-written before READY: bytes used in the variable area */
     uint8_t _pad[FL_CACHELINE - 48];
 } fl_slot_hdr;
 

@@ -12,9 +12,10 @@ int fl_pack_copy(void *dst, size_t dst_len, size_t offset, const void *src, size
 
 int fl_pack_gather(void *dst, size_t dst_len, size_t offset, const void *src, size_t src_rows,
                    size_t row_bytes, const int64_t *indices, size_t n, size_t *bad_k) {
-    if (n == 0 || row_bytes == 0) return FL_OK;
+    if (n == 0) return FL_OK;
     if (dst == NULL || src == NULL || indices == NULL) return FL_EINVAL;
-    if (offset > dst_len || n > (dst_len - offset) / row_bytes) return FL_ERANGE;
+    if (offset > dst_len) return FL_ERANGE;
+    if (row_bytes != 0 && n > (dst_len - offset) / row_bytes) return FL_ERANGE;
     char *out = (char *)dst + offset;
     const char *in = (const char *)src;
     for (size_t k = 0; k < n; k++) {

@@ -21,6 +21,13 @@ FL_INLINE void fl_cpu_relax(void) {
 #endif
 }
 
+/* now + timeout, saturated (a huge timeout means "wait a very long time", never overflow). */
+FL_INLINE int64_t deadline_after(int64_t timeout_ns) {
+    int64_t now = fl_now_ns();
+    if (timeout_ns <= 0) return now;
+    return timeout_ns > INT64_MAX - now ? INT64_MAX : now + timeout_ns;
+}
+
 FL_INLINE fl_header *hdr_of(void *mem) { return (fl_header *)mem; }
 
 FL_INLINE fl_slot_hdr *slots_of(void *mem) {
@@ -95,8 +102,8 @@ int fl_ring_queue(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32
      * because claimers scan it on slots they do not own. */
     s->count = count;
     s->epoch = epoch;
-    s->flags = 0;
-    s->var_bytes = 0;
+    fl_atomic_store_relaxed_u32(&s->flags, 0);
+    fl_atomic_store_relaxed_u64(&s->var_bytes, 0);
     fl_atomic_store_relaxed_u64(&s->seq, seq);
     fl_atomic_store_relaxed_u64(&s->progress, 0);
     fl_atomic_store_relaxed_u32(&s->pid, 0);
@@ -123,7 +130,7 @@ static int try_claim(void *mem, uint32_t worker_id, uint32_t *slot_out, uint32_t
             uint32_t w = fl_atomic_load_acquire_u32(&slots[i].state);
             if (FL_STATE_BITS(w) != FL_SLOT_QUEUED) continue;
             uint64_t seq = fl_atomic_load_relaxed_u64(&slots[i].seq);
-            if (seq < best_seq) {
+            if (best == UINT32_MAX || seq < best_seq) {
                 best_seq = seq;
                 best = i;
                 best_w = w;
@@ -147,7 +154,7 @@ int fl_ring_claim(void *mem, uint32_t worker_id, int64_t timeout_ns, uint32_t *s
     if (mem == NULL || slot_out == NULL || state_out == NULL || worker_id > FL_MAX_WORKERS)
         return FL_EINVAL;
     fl_header *h = hdr_of(mem);
-    int64_t deadline = fl_now_ns() + (timeout_ns > 0 ? timeout_ns : 0);
+    int64_t deadline = deadline_after(timeout_ns);
     int spins = 0;
     for (;;) {
         if (fl_atomic_load_acquire_u32(&h->stop)) return FL_ESTOPPED;
@@ -193,7 +200,7 @@ int fl_ring_wait(void *mem, uint32_t slot, int64_t timeout_ns, uint32_t *state_o
     fl_slot_hdr *s = fl_ring_slot(mem, slot);
     if (s == NULL || state_out == NULL) return FL_EINVAL;
     fl_header *h = hdr_of(mem);
-    int64_t deadline = fl_now_ns() + (timeout_ns > 0 ? timeout_ns : 0);
+    int64_t deadline = deadline_after(timeout_ns);
     int spins = 0;
     for (;;) {
         uint32_t w = fl_atomic_load_acquire_u32(&s->state);
@@ -300,9 +307,10 @@ int fl_ring_set_progress(void *mem, uint32_t slot, uint64_t rows, uint32_t pid) 
 int fl_ring_set_result(void *mem, uint32_t slot, uint32_t flags, uint64_t var_bytes) {
     fl_slot_hdr *s = fl_ring_slot(mem, slot);
     if (s == NULL) return FL_EINVAL;
-    /* Plain stores: published to the parent by the release CAS in fl_ring_publish. */
-    s->flags = flags;
-    s->var_bytes = var_bytes;
+    /* Relaxed: published to the parent by the release CAS in fl_ring_publish; atomic because
+     * fl_ring_slot_info may read them concurrently for an error message. */
+    fl_atomic_store_relaxed_u32(&s->flags, flags);
+    fl_atomic_store_relaxed_u64(&s->var_bytes, var_bytes);
     return FL_OK;
 }
 
@@ -316,7 +324,7 @@ int fl_ring_slot_info(const void *mem, uint32_t slot, fl_slot_info *out) {
     /* The rest is only stable while the caller owns the slot (parent: READY/READING). */
     out->count = s->count;
     out->epoch = s->epoch;
-    out->flags = s->flags;
-    out->var_bytes = s->var_bytes;
+    out->flags = fl_atomic_load_relaxed_u32(&s->flags);
+    out->var_bytes = fl_atomic_load_relaxed_u64(&s->var_bytes);
     return FL_OK;
 }

@@ -37,7 +37,8 @@ void fl_wake_word(fl_atomic_u32 *word, int n) {
 }
 #else
 void fl_wait_word(fl_atomic_u32 *word, uint32_t expected, int64_t timeout_ns) {
-    int64_t deadline = fl_now_ns() + timeout_ns;
+    int64_t now = fl_now_ns();
+    int64_t deadline = timeout_ns > INT64_MAX - now ? INT64_MAX : now + timeout_ns;
     int64_t step = 50000; /* 50 us, doubling to 1 ms */
     while (fl_atomic_load_acquire_u32(word) == expected) {
         int64_t left = deadline - fl_now_ns();

@@ -22,6 +22,7 @@ from fastload.errors import LayoutMismatchError, SampleTooLargeError
 cdef object _ndarray = np.ndarray
 cdef object _asarray = np.asarray
 cdef object _copyto = np.copyto
+cdef object _generic = np.generic
 
 # Leaf kinds for the scalar fast path.
 cdef enum:
@@ -218,7 +219,13 @@ cdef class Packer:
                 raise LayoutMismatchError(
                     f"{path}: expected an array of {dt} (as in the first sample), got "
                     f"{_describe(value)}")
-            value = _asarray(value)
+            if isinstance(value, _generic):
+                shape = ()  # NumPy scalars export their bytes directly: no asarray
+            else:
+                value = _asarray(value)
+                shape = value.shape
+        else:
+            shape = value.shape
         adt = value.dtype
         cdef bint slow = False
         if adt is not dt and adt != dt:
@@ -226,7 +233,6 @@ cdef class Packer:
                 raise LayoutMismatchError(
                     f"{path}: expected dtype {dt} (as in the first sample), got {adt}")
             slow = True  # same type, other byte order: NumPy swaps while copying
-        shape = value.shape
         if shape != self._shapes[leaf]:
             raise LayoutMismatchError(
                 f"{path}: expected shape {self._shapes[leaf]} (as in the first sample), got "

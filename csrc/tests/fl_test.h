@@ -51,6 +51,7 @@ static inline long fl_test_env_long(const char *name, long dflt) {
 
 static inline int fl_test_main(const char *suite, const fl_test_case *tests, size_t ntests,
                                int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* interleave sensibly with sanitizer reports */
     const char *filter = argc > 1 ? argv[1] : NULL;
     int nofork = getenv("FL_TEST_NOFORK") != NULL && strcmp(getenv("FL_TEST_NOFORK"), "0") != 0;
     unsigned alarm_s = (unsigned)fl_test_env_long("FL_TEST_ALARM", 240);
@@ -72,8 +73,8 @@ static inline int fl_test_main(const char *suite, const fl_test_case *tests, siz
             if (pid == 0) {
                 alarm(alarm_s);
                 tests[i].fn();
-                fflush(stdout);
-                _exit(0);
+                /* exit(), not _exit(): LeakSanitizer checks the child at exit */
+                exit(0);
             }
             int st = 0;
             while (waitpid(pid, &st, 0) < 0) {

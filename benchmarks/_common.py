@@ -1,0 +1,191 @@
+"""Shared helpers of the benchmark scripts: timing, statistics, machine info, JSON lines,
+and running one case in a fresh interpreter.
+
+The measurement loop itself (and the workloads) live in ``fastload/_bench.py`` so that
+``python -m fastload bench`` and these scripts measure the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+RESULTS_DIR = os.path.join(HERE, "results")
+
+
+def ensure_fastload_importable() -> None:
+    """Let ``python benchmarks/x.py`` work from a checkout built in place without PYTHONPATH."""
+    try:
+        import fastload  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, REPO)
+        import fastload  # noqa: F401
+
+
+ensure_fastload_importable()
+
+from fastload import _bench  # noqa: E402
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------------
+now_ns = time.perf_counter_ns
+
+
+class Timer:
+    """``with Timer() as t: ...``; then ``t.ns`` / ``t.s``."""
+
+    def __enter__(self) -> Timer:
+        self.start = now_ns()
+        self.ns = 0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.ns = now_ns() - self.start
+
+    @property
+    def s(self) -> float:
+        return self.ns / 1e9
+
+
+def time_repeat(fn: Callable[[], Any], *, warmup: int = 1, repeat: int = 5) -> list[int]:
+    """Call ``fn`` ``warmup`` times untimed, then ``repeat`` times; return each call's ns."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeat):
+        t0 = now_ns()
+        fn()
+        out.append(now_ns() - t0)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------------------------
+def percentile(values: Sequence[float], p: float) -> float:
+    """Linear-interpolated percentile, ``p`` in [0, 100] (NumPy's default method)."""
+    vals = sorted(v for v in values if v is not None and not math.isnan(v))
+    if not vals:
+        return math.nan
+    k = (len(vals) - 1) * p / 100.0
+    lo = math.floor(k)
+    hi = min(lo + 1, len(vals) - 1)
+    return vals[lo] + (vals[hi] - vals[lo]) * (k - lo)
+
+
+def median(values: Sequence[float]) -> float:
+    return percentile(values, 50)
+
+
+def summarize(values: Iterable[float | None]) -> dict[str, float]:
+    """median / p10 / p90 / min / max / mean / n of the non-missing values."""
+    vals = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    if not vals:
+        return {"n": 0, "median": math.nan, "p10": math.nan, "p90": math.nan,
+                "min": math.nan, "max": math.nan, "mean": math.nan}
+    return {
+        "n": len(vals),
+        "median": median(vals),
+        "p10": percentile(vals, 10),
+        "p90": percentile(vals, 90),
+        "min": min(vals),
+        "max": max(vals),
+        "mean": sum(vals) / len(vals),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Machine info and output
+# ---------------------------------------------------------------------------------------------
+def machine_info() -> dict[str, Any]:
+    """cpu count, python, numpy, fastload, torch (if installed; not imported), load average."""
+    return _bench.machine_info()
+
+
+def default_json_path(prefix: str) -> str:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.join(RESULTS_DIR, f"{prefix}-{stamp}.json")
+
+
+class JsonLines:
+    """Appends one JSON object per line; every record gets ``run_id`` and a ``type``.
+
+    The first record of a run is ``{"type": "machine", ...}`` with :func:`machine_info`.
+    """
+
+    def __init__(self, path: str | None, argv: Sequence[str] | None = None) -> None:
+        self.path = path
+        self.run_id = uuid.uuid4().hex[:12]
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self.write("machine", {
+                **machine_info(),
+                "argv": list(argv if argv is not None else sys.argv),
+                "time": _dt.datetime.now().isoformat(timespec="seconds"),
+            })
+
+    def write(self, kind: str, record: dict[str, Any]) -> None:
+        if not self.path:
+            return
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"type": kind, "run_id": self.run_id, **record}, default=_json_default) + "\n")
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    return str(o)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fresh-process cases
+# ---------------------------------------------------------------------------------------------
+def run_case_subprocess(
+    script: str,
+    case: dict[str, Any],
+    *,
+    timeout: float = 600.0,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Run ``python SCRIPT --case JSON`` and return the case's result dict.
+
+    The script must hand ``--case`` to :func:`fastload._bench.case_entry`, which prints
+    progress and result lines; RuntimeError (with the child's stderr) when it fails.
+    """
+    return _bench.run_case_subprocess(
+        case, argv=[sys.executable, script, "--case"], timeout=timeout, on_progress=on_progress
+    )
+
+
+def fmt_rate(x: float | None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if x >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.1f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str | None = None) -> str:
+    """A GitHub markdown table; ``align`` is one char per column, 'l' or 'r'."""
+    align = align or "l" + "r" * (len(header) - 1)
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
+              for i, h in enumerate(header)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(
+            str(c).ljust(w) if a == "l" else str(c).rjust(w) for c, w, a in zip(cells, widths, align)
+        ) + " |"
+
+    sep = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else (":" + "-" * (w + 1))
+                         for w, a in zip(widths, align)) + "|"
+    return "\n".join([line(header), sep, *(line(r) for r in rows)])
