@@ -1,0 +1,116 @@
+"""Resource leak checks over many cycles, and a loader bigger than a Docker-sized /dev/shm."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _leak_helpers import Small
+
+import fastload
+
+CYCLES = 200
+RSS_LIMIT_BYTES = 50 * 2**20
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _maps() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+def _snapshot() -> tuple[int, int, int]:
+    gc.collect()
+    return len(os.listdir("/proc/self/fd")), len(mp.active_children()), _maps()
+
+
+@pytest.mark.timeout(300)
+def test_create_epoch_close_cycles() -> None:
+    # Warm up once: first-use allocations (imports, caches) are not leaks.
+    with fastload.Loader(Small(), batch_size=8, num_workers=2, start_method="fork") as loader:
+        assert sum(len(b[1]) for b in loader) == 64
+    fds0, kids0, maps0 = _snapshot()
+    rss0 = _rss()
+    for _ in range(CYCLES):
+        with fastload.Loader(Small(), batch_size=8, num_workers=2, start_method="fork") as loader:
+            assert sum(len(b[1]) for b in loader) == 64
+    fds1, kids1, maps1 = _snapshot()
+    assert (fds1, kids1) == (fds0, kids0)
+    assert maps1 <= maps0 + 2, f"memory mappings grew from {maps0} to {maps1}"
+    assert _rss() - rss0 < RSS_LIMIT_BYTES
+
+
+@pytest.mark.timeout(300)
+def test_abandoned_epochs() -> None:
+    with fastload.Loader(Small(), batch_size=4, num_workers=2, start_method="fork") as loader:
+        for b in loader:
+            break
+        del b
+        fds0, kids0, maps0 = _snapshot()
+        rss0 = _rss()
+        pids0 = {p.pid for p in mp.active_children()}
+        for _ in range(CYCLES):
+            for b in loader:
+                break  # abandon the epoch after one batch
+        del b
+        # a complete epoch still delivers every index exactly once
+        seen = sorted(i for batch in loader for i in batch[1].tolist())
+        assert seen == list(range(64))
+        assert {p.pid for p in mp.active_children()} == pids0, "workers were restarted"
+        fds1, kids1, maps1 = _snapshot()
+        assert (fds1, kids1) == (fds0, kids0)
+        assert maps1 <= maps0 + 2
+        assert _rss() - rss0 < RSS_LIMIT_BYTES
+        held = loader.stats()["held_batches"]
+        assert held == 0
+
+
+SMALL_SHM_SCRIPT = """
+import sys
+sys.path[:0] = [{repo!r}, {tests!r}]
+import shutil, fastload
+from _leak_helpers import Big
+total = shutil.disk_usage("/dev/shm").total
+assert total <= 64 * 2**20, total
+with fastload.Loader(Big(), batch_size=25, num_workers=2) as loader:
+    n = 0
+    for b in loader:
+        assert (b[:, 0] == b[:, -1]).all()
+        n += len(b)
+    slots = loader.stats()["nslots"] * loader.stats()["slot_bytes"]
+assert n == 200, n
+assert slots >= 150 * 2**20, slots
+print("OK", slots // 2**20, "MiB of slots with /dev/shm of", total // 2**20, "MiB")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_works_with_small_dev_shm() -> None:
+    """Docker's default 64 MB /dev/shm: fastload's memfd region does not live there."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs on /dev/shm in a private mount namespace")
+    if shutil.which("unshare") is None:
+        pytest.skip("the unshare command (util-linux) is not installed")
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot create a mount namespace here: {probe.stderr.decode().strip()}")
+    repo = str(Path(__file__).resolve().parents[1])
+    script = SMALL_SHM_SCRIPT.format(repo=repo, tests=repo + "/tests")
+    cmd = (
+        "mount --make-rprivate / && mount -t tmpfs -o size=64m tmpfs /dev/shm && "
+        f'exec {sys.executable} -c "$0"'
+    )
+    r = subprocess.run(["unshare", "-m", "sh", "-c", cmd, script], capture_output=True,
+                       text=True, timeout=100)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("OK"), r.stdout
