@@ -93,6 +93,15 @@ cdef class Packer:
             dt = np.dtype(dt)
             if dt.hasobject:
                 raise ValueError("object dtypes cannot be packed as raw bytes")
+            expected_rb = dt.itemsize
+            for d in shape:
+                if d < 0:
+                    raise ValueError(f"negative dimension in field shape {shape}")
+                expected_rb *= d
+            if rb != expected_rb:
+                raise ValueError(
+                    f"field row_bytes={rb} does not match dtype {dt} x shape {tuple(shape)} "
+                    f"({expected_rb} bytes)")
             if off < 0 or rb < 0 or off + rb * batch_size > slot_bytes:
                 raise ValueError(f"field at offset {off} ({rb} bytes/row) overflows the slot")
             self._offsets.append(off)
@@ -240,8 +249,8 @@ cdef class Packer:
         if not slow:
             try:
                 PyObject_GetBuffer(value, &src, PyBUF_SIMPLE)
-            except BufferError:
-                slow = True  # not C-contiguous
+            except (BufferError, ValueError):
+                slow = True  # not C-contiguous (NumPy raises ValueError for that)
         if slow:
             _copyto(_ndarray(shape, dt, buffer=self._region,
                              offset=(dst - self._base)), value, casting="equiv")

@@ -32,6 +32,16 @@ def strerror(int rc):
     return fl_strerror(rc).decode()
 
 
+cdef inline int64_t _to_ns(double timeout) noexcept:
+    """Seconds to nanoseconds, saturating: NaN and negatives are 0, huge values and inf wait
+    about 292 years instead of overflowing."""
+    if not (timeout > 0):
+        return 0
+    if timeout >= 9.2e9:
+        return 9200000000000000000
+    return <int64_t>(timeout * 1e9)
+
+
 cdef inline int _check(int rc, str context) except -1:
     if rc != FL_OK:
         raise_for_status(rc, fl_strerror(rc).decode(), context)
@@ -108,12 +118,12 @@ cdef class RingIndex:
             raise ValueError("the ring is closed")
         return self._mem
 
-    cdef inline int _slot_ok(self, uint32_t slot) except -1:
-        if slot >= self.nslots:
+    cdef inline int _slot_ok(self, long long slot) except -1:
+        if slot < 0 or slot >= self.nslots:
             raise IndexError(f"slot {slot} out of range [0, {self.nslots})")
         return 0
 
-    def queue(self, uint32_t slot, uint64_t seq, uint64_t epoch, uint32_t count):
+    def queue(self, long long slot, uint64_t seq, uint64_t epoch, uint32_t count):
         """[parent] FREE -> QUEUED: hand ``slot`` to the workers as batch ``seq``."""
         cdef void *m = self._m()
         self._slot_ok(slot)
@@ -126,7 +136,7 @@ cdef class RingIndex:
         """
         cdef void *m = self._m()
         cdef uint32_t slot = 0, state = 0
-        cdef int64_t ns = <int64_t>(timeout * 1e9)
+        cdef int64_t ns = _to_ns(timeout)
         cdef int rc
         with nogil:
             rc = fl_ring_claim(m, worker_id, ns, &slot, &state)
@@ -138,7 +148,7 @@ cdef class RingIndex:
             return -2, 0
         _check(rc, f"worker {worker_id} claiming a slot")
 
-    def publish(self, uint32_t slot, uint32_t claimed_state, bint ok):
+    def publish(self, long long slot, uint32_t claimed_state, bint ok):
         """[worker] CLAIMED -> READY/FAILED. False if the slot was reclaimed meanwhile."""
         cdef void *m = self._m()
         self._slot_ok(slot)
@@ -148,14 +158,14 @@ cdef class RingIndex:
         _check(rc, f"publishing slot {slot}")
         return True
 
-    def wait(self, uint32_t slot, double timeout):
+    def wait(self, long long slot, double timeout):
         """[parent] Wait (GIL released) up to ``timeout`` s for ``slot`` to be done.
 
         Returns the state word, or -1 on timeout."""
         cdef void *m = self._m()
         self._slot_ok(slot)
         cdef uint32_t state = 0
-        cdef int64_t ns = <int64_t>(timeout * 1e9)
+        cdef int64_t ns = _to_ns(timeout)
         cdef int rc
         with nogil:
             rc = fl_ring_wait(m, slot, ns, &state)
@@ -164,12 +174,12 @@ cdef class RingIndex:
         _check(rc, f"waiting for slot {slot}")
         return state
 
-    def begin_read(self, uint32_t slot):
+    def begin_read(self, long long slot):
         cdef void *m = self._m()
         self._slot_ok(slot)
         _check(fl_ring_begin_read(m, slot), f"reading slot {slot}")
 
-    def release(self, uint32_t slot):
+    def release(self, long long slot):
         """[parent] READING/READY/FAILED -> FREE. False if the slot was not in those states."""
         cdef void *m = self._m()
         self._slot_ok(slot)
@@ -179,7 +189,7 @@ cdef class RingIndex:
         _check(rc, f"releasing slot {slot}")
         return True
 
-    def cancel(self, uint32_t slot):
+    def cancel(self, long long slot):
         """[parent] QUEUED -> FREE if unclaimed. True if it was cancelled."""
         cdef void *m = self._m()
         self._slot_ok(slot)
@@ -202,7 +212,7 @@ cdef class RingIndex:
     def stopped(self):
         return self._mem == NULL or fl_ring_stopped(self._mem) != 0
 
-    def state(self, uint32_t slot):
+    def state(self, long long slot):
         """The slot's state word (use :func:`state_bits` to split it)."""
         cdef void *m = self._m()
         self._slot_ok(slot)
@@ -210,7 +220,7 @@ cdef class RingIndex:
         fl_ring_slot_state(m, slot, &w)
         return w
 
-    def slot_info(self, uint32_t slot):
+    def slot_info(self, long long slot):
         """A snapshot of a slot's header, for error messages and tests."""
         cdef void *m = self._m()
         self._slot_ok(slot)
@@ -222,19 +232,19 @@ cdef class RingIndex:
             "progress": i.progress, "pid": i.pid, "flags": i.flags, "var_bytes": i.var_bytes,
         }
 
-    def slot_count(self, uint32_t slot):
+    def slot_count(self, long long slot):
         """Rows in the batch queued into ``slot``."""
         cdef void *m = self._m()
         self._slot_ok(slot)
         return fl_ring_slot(m, slot).count
 
-    def set_progress(self, uint32_t slot, uint64_t rows, uint32_t pid):
+    def set_progress(self, long long slot, uint64_t rows, uint32_t pid):
         """[worker] Record how many rows are done (for error messages about hangs and crashes)."""
         cdef void *m = self._m()
         self._slot_ok(slot)
         fl_ring_set_progress(m, slot, rows, pid)
 
-    def set_result(self, uint32_t slot, uint32_t flags, uint64_t var_bytes):
+    def set_result(self, long long slot, uint32_t flags, uint64_t var_bytes):
         """[worker] Record the result flags and variable-area size before publishing."""
         cdef void *m = self._m()
         self._slot_ok(slot)
