@@ -136,7 +136,7 @@ class _Engine:
         self.seq = 0
         self.next_epoch = 0
         self.active_epoch: int | None = None
-        self.superseded_epoch: int | None = None
+        self.superseded: set[int] = set()  # epochs whose iterator was replaced mid-way
         self.consumed = 0
         self.plan_epoch = 0
         self.plan_batch = 0
@@ -144,6 +144,7 @@ class _Engine:
         self.counters = {"copied_batches": 0, "spilled_batches": 0, "worker_restarts": 0}
         self.pool: WorkerPool | None = None
         self.probe_sent = False
+        self.probe_index = -1
         if num_workers > 0:
             self.pool = WorkerPool(dataset, num_workers, start_method, worker_init, seed)
             self._send_probe()
@@ -178,7 +179,7 @@ class _Engine:
     def start_epoch(self) -> int:
         self.check_usable()
         if self.active_epoch is not None:
-            self.superseded_epoch = self.active_epoch
+            self.superseded.add(self.active_epoch)
             self.abort_epoch()
         e = self.next_epoch
         self.next_epoch += 1
@@ -216,7 +217,7 @@ class _Engine:
     def next_batch(self, epoch: int) -> Any:
         self.check_usable()
         if self.active_epoch != epoch:
-            if epoch != self.superseded_epoch:
+            if epoch not in self.superseded:
                 raise StopIteration  # ended normally, or with an error already raised
             raise RuntimeError(
                 "this epoch's iterator was superseded: iter(loader) was called again (a new "
@@ -259,7 +260,8 @@ class _Engine:
                     packer.pack(0, row, self.dataset[index], objs)
             packer.close()
         except Exception as e:
-            raise rebuild_exception(pack_exception(e, index, None)) from None  # type: ignore[arg-type]
+            exc = rebuild_exception(pack_exception(e, index, None))  # type: ignore[arg-type]
+            raise exc from exc.__cause__  # the RemoteTraceback, as for worker errors
         return lay.unpack(buf, len(idx), objs)
 
     def _worker_batch(self, epoch: int) -> Any:
@@ -399,7 +401,8 @@ class _Engine:
         assert self.pool is not None
         if self.n == 0 or self.nbatches == 0:
             return
-        self.pool.send(0, ("probe", int(self.order(0)[0]), self.batch_size))
+        self.probe_index = int(self.order(0)[0])
+        self.pool.send(0, ("probe", self.probe_index, self.batch_size))
         self.probe_sent = True
 
     def _setup_region(self) -> None:
@@ -428,8 +431,9 @@ class _Engine:
                 self._send_probe()
             if deadline is not None and time.monotonic() >= deadline:
                 raise LoaderTimeoutError(
-                    f"no batch within timeout={self.timeout}s: worker 0 is still loading the "
-                    "first sample"
+                    f"no batch within timeout={self.timeout}s: worker 0 (pid {pool.pid(0)}) is "
+                    f"still loading sample index {self.probe_index} (the first sample, which "
+                    "sets the batch layout)"
                 )
         self.layout = lay = msg[1]
         ctl = _ring.control_nbytes(self.nslots)
@@ -527,11 +531,13 @@ class _Engine:
 
     def _stash(self, msg: tuple[Any, ...]) -> None:
         if msg[0] in ("error", "spill"):
-            self.msgs[(msg[1], msg[2])] = msg
+            # Keyed by (slot, generation): the worker sends its CLAIMED state word, the parent
+            # holds the READY/FAILED one; both carry the same generation.
+            self.msgs[(msg[1], msg[2] >> 16)] = msg
 
     def _take_msg(self, worker: int, slot: int, word: int) -> tuple[Any, ...] | None:
         """The pipe message that worker sent about (slot, word), watching its liveness."""
-        key = (slot, word)
+        key = (slot, word >> 16)
         pool = self.pool
         assert pool is not None
         while key not in self.msgs:
@@ -569,6 +575,9 @@ class _Engine:
                 self.ring.close()
             if self.region is not None:
                 self.region.close()  # step 5
+                # Live zero-copy batches keep the mapping (their leases export it); dropping our
+                # reference lets it be unmapped, and its fd closed, with the last of them.
+                self.region = None
             self.inflight.clear()
             self.msgs.clear()
             self.dataset = None
