@@ -1,0 +1,84 @@
+"""Fault handling beyond plain errors: recovery after worker death, steady-but-slow loading,
+lying datasets, object arrays, and where the shared region lives."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+from _fault_helpers import KillFirstTimes, LiesAboutLen, ObjectArrays, Steady
+
+import fastload
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
+def test_restart_policy_recomputes_the_lost_batch(tmp_path, start_method):
+    ds = KillFirstTimes(40, bad=13, times=2, flag_dir=str(tmp_path))
+    with fastload.Loader(ds, 4, num_workers=2, on_worker_death="restart",
+                         start_method=start_method) as loader:
+        got = [i for b in loader for i in b[0].tolist()]
+        assert got == list(range(40)), "every sample exactly once, in order"
+        assert loader.stats()["worker_restarts"] == 2
+        assert [i for b in loader for i in b[0].tolist()] == list(range(40))
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(60)
+def test_restart_policy_gives_up_on_a_sample_that_kills_three_workers(tmp_path):
+    ds = KillFirstTimes(40, bad=13, times=10, flag_dir=str(tmp_path))
+    with fastload.Loader(ds, 4, num_workers=2, on_worker_death="restart") as loader:
+        t0 = time.monotonic()
+        with pytest.raises(fastload.WorkerDied, match=r"Sample index 13 killed a worker 3 times"):
+            for _ in loader:
+                pass
+        assert time.monotonic() - t0 < 10
+
+
+def test_bad_on_worker_death_value():
+    with pytest.raises(ValueError, match="on_worker_death"):
+        fastload.Loader(Steady(4, 0), 2, num_workers=0, on_worker_death="ignore")
+
+
+@pytest.mark.timeout(60)
+def test_steady_slow_loader_never_times_out():
+    # Each batch takes ~0.2 s (4 samples x 0.05 s) against a 1 s timeout; the epoch takes ~2 s.
+    with fastload.Loader(Steady(40, 0.05), 4, num_workers=1, timeout=1.0) as loader:
+        t0 = time.monotonic()
+        assert [i for b in loader for i in b.tolist()] == list(range(40))
+        assert time.monotonic() - t0 > 1.5  # the epoch outlasted the timeout
+
+
+@pytest.mark.parametrize("nw", [0, 2])
+def test_len_that_lies_names_the_index(nw):
+    with fastload.Loader(LiesAboutLen(12, 9), 4, num_workers=nw) as loader:
+        with pytest.raises(IndexError, match=r"sample index 9"):
+            for _ in loader:
+                pass
+
+
+@pytest.mark.parametrize("nw", [0, 2])
+def test_object_arrays_are_pickled_not_copied_as_pointers(nw):
+    with fastload.Loader(ObjectArrays(), 3, num_workers=nw) as loader:
+        batches = list(loader)
+    assert isinstance(batches[0], list) and len(batches[0]) == 3
+    for b, start in zip(batches, (0, 3)):
+        for k, arr in enumerate(b):
+            assert arr.dtype == object and arr.tolist() == [start + k, "x", None]
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd_create is Linux-only")
+def test_region_is_an_anonymous_memfd_not_in_dev_shm():
+    before = set(os.listdir("/dev/shm"))
+    with fastload.Loader(Steady(8, 0), 4, num_workers=1) as loader:
+        next(iter(loader))
+        fd = loader._engine.region.fd
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        assert target.startswith("/memfd:fastload"), target
+        assert set(os.listdir("/dev/shm")) == before
+        # Nobody else can open it by name: it has none. Only processes allowed to ptrace us
+        # (same user) could reach it through /proc/<pid>/fd.
+        assert not os.path.exists("/dev/shm/fastload")
