@@ -31,6 +31,8 @@ __all__ = ["WorkerPool", "exit_code_name", "default_start_method"]
 _POLL_INTERVAL_S = 0.1
 #: How long close() lets workers exit on their own before terminate() (they poll every 0.1 s).
 _JOIN_TIMEOUT_S = 2.0
+#: How long to wait for the exit code of a worker whose sentinel says it is exiting.
+_REAP_TIMEOUT_S = 1.0
 #: After terminate() (SIGTERM), how long before kill() (SIGKILL).
 _TERM_TIMEOUT_S = 1.0
 
@@ -153,7 +155,9 @@ class WorkerPool:
         for r in ready:
             i = s[r]  # type: ignore[index]
             p = self.procs[i]
-            p.join(0)
+            # The sentinel closes while the process exits, a moment before it can be reaped:
+            # wait (boundedly) for the exit code instead of reporting a running process.
+            p.join(_REAP_TIMEOUT_S)
             dead.append(i)
         return dead
 
