@@ -281,6 +281,27 @@ int fl_ring_reclaim(void *mem, uint32_t worker_id, uint32_t *count_out) {
     return FL_OK;
 }
 
+int fl_ring_reclaim_slot(void *mem, uint32_t slot, uint32_t worker_id, int requeue, int *done_out) {
+    fl_slot_hdr *s = fl_ring_slot(mem, slot);
+    if (s == NULL || done_out == NULL || worker_id > FL_MAX_WORKERS) return FL_EINVAL;
+    fl_header *h = hdr_of(mem);
+    *done_out = 0;
+    uint32_t w = fl_atomic_load_acquire_u32(&s->state);
+    if (FL_STATE_BITS(w) != FL_SLOT_CLAIMED || FL_OWNER_BITS(w) != worker_id) return FL_OK;
+    fl_atomic_store_relaxed_u64(&s->progress, 0);
+    uint32_t want = requeue ? FL_MAKE_STATE(FL_GEN_BITS(w) + 1, 0, FL_SLOT_QUEUED)
+                            : FL_MAKE_STATE(FL_GEN_BITS(w) + 1, 0, FL_SLOT_FREE);
+    if (!fl_atomic_cas_acq_rel_u32(&s->state, &w, want)) return FL_OK;
+    *done_out = 1;
+    fl_atomic_fetch_add_relaxed_u64(&h->n_reclaimed, 1);
+    if (requeue) {
+        fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
+        fl_atomic_fence_seq_cst(); /* NOTE [sleeping without lost wake-ups] */
+        if (fl_atomic_load_relaxed_u32(&h->task_waiters) > 0) fl_wake_word(&h->queued_counter, 1);
+    }
+    return FL_OK;
+}
+
 int fl_ring_stop(void *mem) {
     if (mem == NULL) return FL_EINVAL;
     fl_header *h = hdr_of(mem);

@@ -55,6 +55,11 @@ int fl_ring_cancel(void *mem, uint32_t slot, int *cancelled_out);
  * *count_out gets the number of slots re-queued. Wakes sleeping workers. */
 int fl_ring_reclaim(void *mem, uint32_t worker_id, uint32_t *count_out);
 
+/* [parent] If `slot` is CLAIMED by `worker_id` (which must be dead), move it to QUEUED with a new
+ * generation (requeue != 0: another worker loads the batch again) or to FREE (requeue == 0: the
+ * batch is abandoned). *done_out = 1 if the slot was moved. */
+int fl_ring_reclaim_slot(void *mem, uint32_t slot, uint32_t worker_id, int requeue, int *done_out);
+
 /* [parent] Set the stop flag and wake every sleeping worker. */
 int fl_ring_stop(void *mem);
 int fl_ring_stopped(const void *mem);

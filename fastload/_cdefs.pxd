@@ -66,6 +66,8 @@ cdef extern from "fl_ring.h" nogil:
     int fl_ring_release(void *mem, uint32_t slot)
     int fl_ring_cancel(void *mem, uint32_t slot, int *cancelled_out)
     int fl_ring_reclaim(void *mem, uint32_t worker_id, uint32_t *count_out)
+    int fl_ring_reclaim_slot(void *mem, uint32_t slot, uint32_t worker_id, int requeue,
+                             int *done_out)
     int fl_ring_stop(void *mem)
     int fl_ring_stopped(const void *mem)
     int fl_ring_slot_state(const void *mem, uint32_t slot, uint32_t *state_out)

@@ -52,13 +52,20 @@ def exit_code_name(code: int | None) -> str:
 
 
 def default_start_method() -> str:
-    """fork when it is safe and available (fastest start: no re-import, no pickling of the
-    dataset), else forkserver (POSIX), else spawn.
+    """``$FASTLOAD_START_METHOD`` if set; else fork when it is safe and available (fastest
+    start: no re-import, no pickling of the dataset), else forkserver (POSIX), else spawn.
 
     fork is unsafe once the parent runs other threads (a lock held by another thread is
     copied locked into the child), so a multi-threaded parent gets forkserver.
     """
     methods = mp.get_all_start_methods()
+    forced = os.environ.get("FASTLOAD_START_METHOD")
+    if forced:
+        if forced not in methods:
+            raise ValueError(
+                f"FASTLOAD_START_METHOD={forced!r} is not available here; choose one of {methods}"
+            )
+        return forced
     if "fork" in methods and sys.platform.startswith("linux") and threading.active_count() == 1:
         return "fork"
     if "forkserver" in methods:
@@ -120,6 +127,11 @@ class WorkerPool:
             daemon=True,
         )
         saved = {k: os.environ.get(k) for k in _THREAD_ENV}
+        # Block SIGINT while starting: the child inherits the mask (fork and exec alike), so a
+        # Ctrl+C that reaches it before worker_main ignores SIGINT stays pending and is then
+        # discarded, instead of printing a KeyboardInterrupt traceback from a half-started
+        # worker. The parent gets its own pending SIGINT as soon as the mask is restored.
+        mask = _block_sigint()
         try:
             for k in _THREAD_ENV:  # before the child imports NumPy (spawn/forkserver)
                 os.environ.setdefault(k, "1")
@@ -128,6 +140,7 @@ class WorkerPool:
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
+            _restore_sigmask(mask)
         child_conn.close()
         self.procs[i] = p
         self.conns[i] = parent_conn
@@ -200,7 +213,10 @@ class WorkerPool:
                 except (OSError, ValueError):
                     pass
         procs = [p for p in self.procs if p is not None]
-        _join_all(procs, _JOIN_TIMEOUT_S)
+        # Read (and drop) what workers are still sending: a worker blocked writing a large
+        # message to a full pipe would otherwise never see the stop flag.
+        conns = [c for c in self.conns if c is not None]
+        _join_all(procs, _JOIN_TIMEOUT_S, conns)
         for p in procs:
             if p.exitcode is None:
                 p.terminate()
@@ -213,7 +229,18 @@ class WorkerPool:
             self.discard(i)
 
 
-def _join_all(procs: list[Any], timeout: float | None) -> None:
+def _block_sigint() -> Any:
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def _restore_sigmask(mask: Any) -> None:
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _join_all(procs: list[Any], timeout: float | None, conns: list[Connection] = ()) -> None:  # type: ignore[assignment]
     alive = [p for p in procs if p.exitcode is None]
     if not alive:
         return
@@ -224,11 +251,18 @@ def _join_all(procs: list[Any], timeout: float | None) -> None:
     import time
 
     deadline = time.monotonic() + timeout
+    conns = list(conns)
     while alive:
         left = deadline - time.monotonic()
         if left <= 0:
             return
-        wait([p.sentinel for p in alive], timeout=left)
+        ready = wait([p.sentinel for p in alive] + conns, timeout=left)
+        for c in conns[:]:
+            if c in ready:
+                try:
+                    c.recv_bytes()
+                except (EOFError, OSError):
+                    conns.remove(c)
         alive = [p for p in alive if p.exitcode is None]
 
 

@@ -204,6 +204,16 @@ cdef class RingIndex:
         _check(fl_ring_reclaim(m, worker_id, &n), f"reclaiming worker {worker_id}'s slots")
         return n
 
+    def reclaim_slot(self, long long slot, uint32_t worker_id, bint requeue):
+        """[parent] Move ``slot``, if CLAIMED by dead worker ``worker_id``, to QUEUED (requeue)
+        or FREE (abandon). True if it was moved."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef int done = 0
+        _check(fl_ring_reclaim_slot(m, slot, worker_id, requeue, &done),
+               f"reclaiming slot {slot} of worker {worker_id}")
+        return bool(done)
+
     def stop(self):
         """[parent] Set the stop flag and wake every sleeping worker."""
         _check(fl_ring_stop(self._m()), "stopping the ring")

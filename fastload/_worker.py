@@ -128,6 +128,8 @@ def worker_main(
     """Entry point of every worker process (module-level: works with spawn and forkserver)."""
     # Hygiene first: Ctrl+C goes to the parent only (it shuts us down); native crashes print.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # the parent blocked SIGINT around our start
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     faulthandler.enable()
     if pdeathsig:
         _set_pdeathsig()

@@ -145,6 +145,7 @@ class _Engine:
         self.pool: WorkerPool | None = None
         self.probe_sent = False
         self.probe_index = -1
+        self._last_check = time.monotonic()
         if num_workers > 0:
             self.pool = WorkerPool(dataset, num_workers, start_method, worker_init, seed)
             self._send_probe()
@@ -208,8 +209,8 @@ class _Engine:
             self.plan_epoch, self.plan_batch = e + 1, 0
 
     def _drop_slot(self, slot: int) -> None:
-        if self.ring.cancel(slot):
-            self.free.append(slot)
+        if self.ring.cancel(slot) or _ring.state_bits(self.ring.state(slot))[0] == _ring.FREE:
+            self.free.append(slot)  # unclaimed, or abandoned by a reclaim
         else:
             self.stale.add(slot)
 
@@ -267,6 +268,8 @@ class _Engine:
     def _worker_batch(self, epoch: int) -> Any:
         if self.ring is None:
             self._setup_region()
+        if time.monotonic() - self._last_check > _POLL_INTERVAL_S:
+            self._check_workers()  # also while data flows: a worker may have died idle
         self._refill()
         seq, slot, task_epoch, b = self.inflight[0]
         assert task_epoch == epoch and b == self.consumed, (task_epoch, epoch, b, self.consumed)
@@ -336,8 +339,8 @@ class _Engine:
                     ring.release(s)
                     self.stale.discard(s)
                     self.free.append(s)
-                elif st == _ring.QUEUED and ring.cancel(s):  # re-queued by a reclaim
-                    self.stale.discard(s)
+                elif st == _ring.FREE or (st == _ring.QUEUED and ring.cancel(s)):
+                    self.stale.discard(s)  # abandoned, or re-queued, by a reclaim
                     self.free.append(s)
         cur = self.active_epoch if self.active_epoch is not None else self.next_epoch
         lay = self.layout
@@ -458,14 +461,23 @@ class _Engine:
             pass  # died meanwhile: _check_workers restarts it
 
     def _check_workers(self) -> None:
-        """Detect dead workers; reclaim their slots; restart them; raise WorkerDied."""
+        """Detect dead workers, restart them, and deal with the batches they held.
+
+        A worker that held no batch (it died idle) is restarted quietly. Otherwise, with
+        on_worker_death="restart" its batches are re-queued for the fresh worker; with "raise"
+        (or once a sample has killed _MAX_KILLS_PER_SAMPLE workers) the batches of the running
+        epoch are abandoned, so no other worker picks up a doomed batch, and WorkerDied is
+        raised. Batches prefetched for the next epoch are always re-queued.
+        """
         pool = self.pool
         if pool is None:
             return
+        self._last_check = time.monotonic()
         dead = pool.dead_workers(0)
         if not dead:
             return
-        reports = []
+        reports, held = [], []  # held: (worker, slot, epoch)
+        any_lost = False
         for i in dead:
             pid, code = pool.pid(i), pool.exitcode(i)
             self._drain_conn(i)
@@ -477,12 +489,9 @@ class _Engine:
                         idx = self.indices_of(s)
                         row = min(info["progress"], max(len(idx) - 1, 0))
                         lost.append(idx[row] if idx else None)
-                self.ring.reclaim(i)
-            pool.restart(i)
-            self.counters["worker_restarts"] += 1
-            if self.ring is not None:
-                self._attach(i)
-            elif i == 0:
+                        held.append((i, s, info["epoch"]))
+            elif i == 0 and self.probe_sent:
+                lost.append(self.probe_index)  # it died loading the first sample
                 self.probe_sent = False
             name = exit_code_name(code)
             hint = ""
@@ -491,24 +500,37 @@ class _Engine:
                     " (SIGBUS: shared memory exhausted: free memory or enlarge /dev/shm, "
                     "or reduce batch_size/prefetch)"
                 )
-            where = f" while loading sample index {lost[0]}" if lost else ""
+            where = f" while loading sample index {lost[0]}" if lost else " while idle"
             reports.append(f"worker {i} (pid {pid}) died with {name}{where}{hint}")
             for index in lost:
                 self.kills[index] = self.kills.get(index, 0) + 1
+            any_lost = any_lost or bool(lost)
+        worst = max(self.kills.items(), key=lambda kv: kv[1], default=(None, 0))
+        fatal = any_lost and (
+            self.on_worker_death == "raise" or worst[1] >= _MAX_KILLS_PER_SAMPLE
+        )
+        if self.ring is not None:
+            for i, s, epoch in held:
+                self.ring.reclaim_slot(s, i, not (fatal and epoch == self.active_epoch))
+        for i in dead:
+            pool.restart(i)
+            self.counters["worker_restarts"] += 1
+            if self.ring is not None:
+                self._attach(i)
         if self.ring is not None and self.stale:
             self._refill_stale_only()
+        report = "; ".join(reports)
+        if not fatal:
+            log.warning("%s; restarted it%s", report, " and re-queued its batch" if held else "")
+            return
         if self.on_worker_death == "restart":
-            worst = max(self.kills.items(), key=lambda kv: kv[1], default=(None, 0))
-            if worst[1] < _MAX_KILLS_PER_SAMPLE:
-                log.warning("%s; restarted it and re-queued its batch", "; ".join(reports))
-                return  # the re-queued batches are loaded again by the fresh worker
             raise WorkerDied(
-                "; ".join(reports) + f". Sample index {worst[0]} killed a worker "
-                f"{worst[1]} times; giving up on this epoch (the worker was restarted)."
+                f"{report}. Sample index {worst[0]} killed a worker {worst[1]} times; giving up "
+                "on this epoch (the worker was restarted)."
             )
         raise WorkerDied(
-            "; ".join(reports) + ". It was restarted; this epoch was stopped, the next one "
-            "runs normally (pass on_worker_death='restart' to recompute the lost batch instead)."
+            f"{report}. It was restarted; this epoch was stopped, the next one runs normally "
+            "(pass on_worker_death='restart' to recompute the lost batch instead)."
         )
 
     def _refill_stale_only(self) -> None:

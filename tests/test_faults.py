@@ -82,3 +82,30 @@ def test_region_is_an_anonymous_memfd_not_in_dev_shm():
         # Nobody else can open it by name: it has none. Only processes allowed to ptrace us
         # (same user) could reach it through /proc/<pid>/fd.
         assert not os.path.exists("/dev/shm/fastload")
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(60)
+def test_worker_killed_while_idle_is_restarted_quietly():
+    import signal
+
+    # One batch per epoch, and at most one prefetched: wait until that batch is published, so
+    # that no worker holds anything when one is killed.
+    with fastload.Loader(Steady(4, 0), 4, num_workers=2, prefetch=1) as loader:
+        assert [i for b in loader for i in b.tolist()] == list(range(4))
+        eng = loader._engine
+        deadline = time.monotonic() + 10
+        while any(eng.ring.slot_info(s)["state"] == 2 for s in range(eng.nslots)):  # CLAIMED
+            assert time.monotonic() < deadline, "the prefetched batch was never published"
+            time.sleep(0.01)
+        victim = eng.pool.procs[1]
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(5)
+        # Epochs go on, complete and without an error; the dead idle worker is noticed by the
+        # parent's periodic liveness check and restarted.
+        while loader.stats()["worker_restarts"] == 0:
+            assert time.monotonic() < deadline, "the idle worker's death went unnoticed"
+            assert [i for b in loader for i in b.tolist()] == list(range(4))
+            time.sleep(0.02)
+        assert [i for b in loader for i in b.tolist()] == list(range(4))
+        assert all(p.is_alive() for p in eng.pool.procs)

@@ -696,6 +696,23 @@ def test_close_with_a_live_batch_frees_the_region_when_the_batch_dies():
 
 
 @mp_test
+@pytest.mark.parametrize("big", [0, 1 << 20], ids=["small-objects", "spilled-objects"])
+def test_close_is_prompt(big):
+    """docs/design.md, NOTE shutdown: workers see the stop flag within 100 ms and exit 0;
+    terminate() after join(2 s) is the fallback for stuck user code, not the normal path. Here the
+    prefetched next epoch holds a spilled batch that nobody will read."""
+    import time
+
+    loader = fastload.Loader(Objects(8, big_at=5, big=big), 2, num_workers=2)
+    assert [i for b in loader for i in b[0].tolist()] == list(range(8))
+    t = time.monotonic()
+    loader.close()
+    took = time.monotonic() - t
+    assert took < 1.0, f"close() took {took:.2f}s"
+    assert mp.active_children() == []
+
+
+@mp_test
 def test_garbage_collected_loader_stops_its_workers():
     loader = fastload.Loader(Range(10), 2, num_workers=2)
     assert epoch(loader) == list(range(10))

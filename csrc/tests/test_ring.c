@@ -593,6 +593,35 @@ static void test_cancel(void) {
     ring_free(&r);
 }
 
+static void test_reclaim_slot(void) {
+    ring r = ring_new(4, 64);
+    void *m = r.mem;
+    uint32_t a = queue_claim(&r, 0, 10, 1); /* worker 1 */
+    uint32_t b = queue_claim(&r, 1, 11, 1); /* worker 1 */
+    uint32_t c = queue_claim(&r, 2, 12, 2); /* worker 2 */
+    int done = 7;
+    /* wrong owner, wrong state, bad arguments */
+    assert(fl_ring_reclaim_slot(m, 2, 1, 1, &done) == FL_OK && done == 0);
+    assert(state_of(&r, 2) == c);
+    assert(fl_ring_reclaim_slot(m, 3, 1, 1, &done) == FL_OK && done == 0); /* FREE slot */
+    assert(fl_ring_reclaim_slot(m, 4, 1, 1, &done) == FL_EINVAL);
+    assert(fl_ring_reclaim_slot(m, 0, 1, 1, NULL) == FL_EINVAL);
+    /* requeue: QUEUED with a new generation, the task unchanged, claimable again */
+    assert(fl_ring_reclaim_slot(m, 0, 1, 1, &done) == FL_OK && done == 1);
+    assert(state_of(&r, 0) == FL_MAKE_STATE(GEN(a) + 1, 0, FL_SLOT_QUEUED));
+    assert(fl_ring_slot(m, 0)->seq == 10);
+    /* abandon: FREE with a new generation; the dead claim can no longer publish */
+    assert(fl_ring_reclaim_slot(m, 1, 1, 0, &done) == FL_OK && done == 1);
+    assert(state_of(&r, 1) == FL_MAKE_STATE(GEN(b) + 1, 0, FL_SLOT_FREE));
+    assert(fl_ring_publish(m, 1, b, 1) == FL_ESTATE);
+    assert(fl_ring_publish(m, 0, a, 1) == FL_ESTATE);
+    assert(ctr(&H(&r)->n_reclaimed) == 2);
+    uint32_t slot, st;
+    assert(fl_ring_claim(m, 3, 0, &slot, &st) == FL_OK && slot == 0 && GEN(st) == GEN(a) + 1);
+    assert(fl_ring_claim(m, 3, 0, &slot, &st) == FL_ETIMEOUT); /* slot 1 was not re-queued */
+    ring_free(&r);
+}
+
 static void test_reclaim(void) {
     ring r = ring_new(8, 64);
     void *m = r.mem;
@@ -1563,6 +1592,7 @@ int main(int argc, char **argv) {
         FL_TEST(test_publish_stale),
         FL_TEST(test_cancel),
         FL_TEST(test_reclaim),
+        FL_TEST(test_reclaim_slot),
         FL_TEST(test_generation_wraps),
         FL_TEST(test_owner_bits),
         FL_TEST(test_release_states),
