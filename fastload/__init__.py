@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ._version import __version__
 from ._worker import WorkerInfo, get_worker_info
+from .arrays import ArrayDataset
 from .errors import (
     FastloadError,
     LayoutMismatchError,
@@ -22,6 +23,7 @@ from .loader import Loader, backend
 
 __all__ = [
     "Loader",
+    "ArrayDataset",
     "BatchLayout",
     "Field",
     "WorkerInfo",

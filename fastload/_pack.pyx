@@ -13,7 +13,7 @@ from libc.string cimport memcpy
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBuffer_FillInfo,
                              PyBUF_WRITABLE, PyBUF_SIMPLE)
 
-from fastload._cdefs cimport fl_pack_copy, FL_OK
+from fastload._cdefs cimport fl_pack_copy, fl_pack_gather, FL_OK
 
 import numpy as np
 
@@ -145,13 +145,116 @@ cdef class Packer:
         cdef char *slot_base = self._base + self._data_offset + slot * self._slot_bytes
         self._walk(self._tree, sample, slot_base, row, objects)
 
+    def pack_batch(self, Py_ssize_t slot, batch, Py_ssize_t count):
+        """Write an already-stacked batch (the sample structure with every array leaf of shape
+        ``(count, *field_shape)``) into rows ``[0, count)`` of slot ``slot``."""
+        if self._base == NULL:
+            raise ValueError("the packer is closed")
+        if slot < 0 or slot >= self._nslots:
+            raise IndexError(f"slot {slot} out of range [0, {self._nslots})")
+        if count < 1 or count > self._batch_size:
+            raise IndexError(f"count {count} out of range [1, {self._batch_size}]")
+        cdef char *slot_base = self._base + self._data_offset + slot * self._slot_bytes
+        self._walk(self._tree, batch, slot_base, 0, None, count)
+
+    def gather(self, Py_ssize_t slot, Py_ssize_t leaf, source, indices):
+        """Copy rows ``source[indices]`` into field ``leaf`` of slot ``slot`` in C, GIL released.
+
+        ``source`` is a C-contiguous array (or np.memmap) whose rows have the field's dtype and
+        shape; ``indices`` a C-contiguous int64 array of at most ``batch_size`` entries. An index
+        outside ``[0, len(source))`` raises IndexError naming it; nothing is written outside the
+        slot.
+        """
+        if self._base == NULL:
+            raise ValueError("the packer is closed")
+        if slot < 0 or slot >= self._nslots:
+            raise IndexError(f"slot {slot} out of range [0, {self._nslots})")
+        if leaf < 0 or leaf >= len(self._offsets):
+            raise IndexError(f"field {leaf} out of range")
+        dt = self._dtypes[leaf]
+        if source.dtype != dt or tuple(source.shape[1:]) != self._shapes[leaf]:
+            raise LayoutMismatchError(
+                f"field {leaf}: source rows are {source.dtype} {tuple(source.shape[1:])}, the "
+                f"layout expects {dt} {self._shapes[leaf]}")
+        cdef Py_ssize_t rb = self._row_bytes[leaf]
+        cdef Py_ssize_t off = self._offsets[leaf]
+        cdef const int64_t[::1] idx = indices
+        cdef Py_ssize_t n = idx.shape[0]
+        if n > self._batch_size:
+            raise IndexError(f"{n} indices for a batch of {self._batch_size}")
+        cdef char *slot_base = self._base + self._data_offset + slot * self._slot_bytes
+        cdef Py_buffer src
+        cdef size_t bad = 0
+        cdef int rc
+        cdef size_t nrows = <size_t>source.shape[0]
+        PyObject_GetBuffer(source, &src, PyBUF_SIMPLE)  # raises for non-contiguous sources
+        try:
+            if rb > 0 and <size_t>src.len != nrows * <size_t>rb:
+                raise ValueError("source buffer size disagrees with its shape")
+            if n == 0:
+                return
+            with nogil:
+                rc = fl_pack_gather(slot_base, <size_t>self._slot_bytes, <size_t>off, src.buf,
+                                    nrows, <size_t>rb, &idx[0], <size_t>n, &bad)
+        finally:
+            PyBuffer_Release(&src)
+        if rc != FL_OK:
+            if bad < <size_t>n and (idx[bad] < 0 or <size_t>idx[bad] >= nrows):
+                raise IndexError(f"index {idx[bad]} is out of range for {nrows} rows")
+            raise SampleTooLargeError(f"field {leaf}: gather out of bounds (code {rc})")
+
+    cdef int _put_rows(self, Py_ssize_t leaf, value, char *slot_base, Py_ssize_t nrows,
+                       str path) except -1:
+        cdef Py_ssize_t rb = self._row_bytes[leaf]
+        cdef char *dst = slot_base + <Py_ssize_t>self._offsets[leaf]
+        cdef Py_buffer src
+        cdef int rc
+        dt = self._dtypes[leaf]
+        value = _asarray(value)
+        adt = value.dtype
+        cdef bint slow = False
+        if adt is not dt and adt != dt:
+            if adt.hasobject or adt.newbyteorder("=") != dt:
+                raise LayoutMismatchError(
+                    f"{path}: expected dtype {dt} (as in the first sample), got {adt}")
+            slow = True
+        shape = (nrows,) + self._shapes[leaf]
+        if value.shape != shape:
+            raise LayoutMismatchError(
+                f"{path}: expected a stacked batch of shape {shape}, got {value.shape}")
+        if not slow:
+            try:
+                PyObject_GetBuffer(value, &src, PyBUF_SIMPLE)
+            except (BufferError, ValueError):
+                slow = True
+        if slow:
+            _copyto(_ndarray(shape, dt, buffer=self._region, offset=(dst - self._base)),
+                    value, casting="equiv")
+            return 0
+        try:
+            if src.len != nrows * rb:
+                raise SampleTooLargeError(f"{path}: {src.len} bytes for {nrows} rows of {rb}")
+            with nogil:
+                rc = fl_pack_copy(dst, <size_t>(nrows * rb), 0, src.buf, <size_t>src.len)
+            if rc != FL_OK:
+                raise SampleTooLargeError(f"{path}: copy out of bounds")
+        finally:
+            PyBuffer_Release(&src)
+        return 0
+
     cdef int _walk(self, tuple node, value, char *slot_base, Py_ssize_t row,
-                   list objects) except -1:
+                   list objects, Py_ssize_t nrows=0) except -1:
         cdef int kind = node[0]
         cdef Py_ssize_t i, n
         if kind == N_ARRAY:
+            if nrows:
+                return self._put_rows(<Py_ssize_t>node[2], value, slot_base, nrows, node[1])
             return self._put(<Py_ssize_t>node[2], value, slot_base, row, node[1])
         if kind == N_OBJECT:
+            if nrows:
+                raise LayoutMismatchError(
+                    f"{node[1]}: an already-stacked batch from __getitems__ cannot carry Python "
+                    "objects; return a list of samples instead")
             objects.append(value)
             return 0
         children = node[2]
@@ -167,7 +270,7 @@ cdef class Packer:
                     f"{node[1]}: expected a {expected_type.__name__} of length {n} (as in the "
                     f"first sample), got length {len(value)}")
             for i in range(n):
-                self._walk(<tuple>children[i], value[i], slot_base, row, objects)
+                self._walk(<tuple>children[i], value[i], slot_base, row, objects, nrows)
             return 0
         # N_DICT: node = (kind, path, children, keys)
         keys = node[3]
@@ -190,7 +293,7 @@ cdef class Packer:
                 raise LayoutMismatchError(
                     f"{node[1]}: dict keys differ from the first sample's: missing {missing}, "
                     f"unexpected {extra}") from None
-            self._walk(<tuple>children[i], v, slot_base, row, objects)
+            self._walk(<tuple>children[i], v, slot_base, row, objects, nrows)
         return 0
 
     cdef int _put(self, Py_ssize_t leaf, value, char *slot_base, Py_ssize_t row,

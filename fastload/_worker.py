@@ -165,6 +165,24 @@ def _drain_and_close(conn: Connection) -> None:
     conn.close()
 
 
+def pack_getitems(packer: Any, slot: int, idx_list: list[int], samples: Any, objs: list[Any]) -> None:
+    """Pack what ``__getitems__`` returned: a list of samples (torch's convention), or one
+    already-stacked batch (the sample structure with a leading batch axis on every array)."""
+    count = len(idx_list)
+    if not isinstance(samples, list):
+        packer.pack_batch(slot, samples, count)
+        return
+    if len(samples) != count:
+        raise ValueError(f"__getitems__ returned {len(samples)} samples for {count} indices")
+    for row, sample in enumerate(samples):
+        try:
+            packer.pack(slot, row, sample, objs)
+        except Exception as e:
+            if hasattr(e, "add_note"):
+                e.add_note(f"(sample index {idx_list[row]}, from __getitems__)")
+            raise
+
+
 def _seed_worker(seed: int, worker_id: int) -> None:
     """Distinct, reproducible global RNG state per worker (NumPy and `random`)."""
     import random
@@ -190,6 +208,9 @@ class _Filler:
         self.region: Any = None
         self.layout: Any = None
         self.getitems = getattr(dataset, "__getitems__", None)
+        columns = getattr(dataset, "_fastload_columns", None)
+        # fastload.ArrayDataset: rows are gathered in C, no Python call per sample.
+        self.columns: list[Any] | None = columns() if callable(columns) else None
 
     def run(self) -> None:
         while True:
@@ -251,15 +272,10 @@ class _Filler:
         try:
             pack, ds = self.packer.pack, self.dataset
             objs = objects if objects is not None else []
-            if self.getitems is not None:
-                samples = self.getitems(idx_list)
-                if len(samples) != count:
-                    raise ValueError(
-                        f"__getitems__ returned {len(samples)} samples for {count} indices"
-                    )
-                for row, sample in enumerate(samples):
-                    index = idx_list[row]
-                    pack(slot, row, sample, objs)
+            if self.columns is not None and self._gather(slot, indices):
+                pass
+            elif self.getitems is not None:
+                pack_getitems(self.packer, slot, idx_list, self.getitems(idx_list), objs)
             else:
                 for row, index in enumerate(idx_list):
                     ring.set_progress(slot, row, self.pid)
@@ -280,6 +296,21 @@ class _Filler:
             return  # reclaimed meanwhile (cannot happen while we live) or cancelled
         if flags:
             self.conn.send(("spill", slot, state, pickle.dumps(objects, protocol=5)))
+
+    def _gather(self, slot: int, indices: Any) -> bool:
+        """ArrayDataset fast path; False (and never again) if a column cannot be gathered."""
+        cols = self.columns
+        assert cols is not None
+        if self.layout.n_objects or len(cols) != len(self.layout.fields):
+            self.columns = None
+            return False
+        try:
+            for k, col in enumerate(cols):
+                self.packer.gather(slot, k, col, indices)
+        except (BufferError, ValueError):  # a non-contiguous column: use __getitems__
+            self.columns = None
+            return False
+        return True
 
     def _put_objects(self, slot: int, base: int, objects: list[Any]) -> tuple[int, int]:
         from ._ring import F_SPILLED

@@ -32,7 +32,7 @@ import numpy as np
 
 from ._errors_remote import rebuild_exception
 from ._pool import _POLL_INTERVAL_S, WorkerPool, exit_code_name
-from ._worker import pack_exception
+from ._worker import pack_exception, pack_getitems
 from .errors import LoaderClosedError, LoaderTimeoutError, WorkerDied
 from .layout import PAGE, BatchLayout
 
@@ -110,6 +110,7 @@ class _Engine:
         self.pid = os.getpid()
         self.on_worker_death = on_worker_death
         self.kills: dict[Any, int] = {}
+        self.idle_deaths: dict[int, int] = {}
         self.dataset = dataset
         self.n = n
         self.batch_size = batch_size
@@ -187,6 +188,7 @@ class _Engine:
         self.active_epoch = e
         self.consumed = 0
         self.kills.clear()
+        self.idle_deaths.clear()
         if self.plan_epoch < e:
             self.plan_epoch, self.plan_batch = e, 0
         return e
@@ -252,10 +254,7 @@ class _Engine:
             objs: list[Any] = []
             getitems = getattr(self.dataset, "__getitems__", None)
             if getitems is not None:
-                samples = getitems(idx)
-                for row, sample in enumerate(samples):
-                    index = idx[row]
-                    packer.pack(0, row, sample, objs)
+                pack_getitems(packer, 0, idx, getitems(idx), objs)
             else:
                 for row, index in enumerate(idx):
                     packer.pack(0, row, self.dataset[index], objs)
@@ -478,6 +477,7 @@ class _Engine:
             return
         reports, held = [], []  # held: (worker, slot, epoch)
         any_lost = False
+        startup_failure = None
         for i in dead:
             pid, code = pool.pid(i), pool.exitcode(i)
             self._drain_conn(i)
@@ -505,6 +505,15 @@ class _Engine:
             for index in lost:
                 self.kills[index] = self.kills.get(index, 0) + 1
             any_lost = any_lost or bool(lost)
+            if not lost:
+                n_idle = self.idle_deaths[i] = self.idle_deaths.get(i, 0) + 1
+                if n_idle >= _MAX_KILLS_PER_SAMPLE:
+                    # Dying without ever holding a batch, again and again: a start-up failure
+                    # (e.g. an import error under spawn). Restarting forever would hang.
+                    startup_failure = (
+                        f"worker {i} died {n_idle} times without loading anything (last: pid "
+                        f"{pid}, {name}); it fails while starting: see its stderr above"
+                    )
         worst = max(self.kills.items(), key=lambda kv: kv[1], default=(None, 0))
         fatal = any_lost and (
             self.on_worker_death == "raise" or worst[1] >= _MAX_KILLS_PER_SAMPLE
@@ -520,6 +529,8 @@ class _Engine:
         if self.ring is not None and self.stale:
             self._refill_stale_only()
         report = "; ".join(reports)
+        if startup_failure is not None and not fatal:
+            raise WorkerDied(startup_failure)
         if not fatal:
             log.warning("%s; restarted it%s", report, " and re-queued its batch" if held else "")
             return

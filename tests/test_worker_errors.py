@@ -138,14 +138,16 @@ def test_exception_with_unusual_constructor_keeps_type_and_context(nw, tmp_path)
 
 @pytest.mark.parametrize("nw", [0, 2])
 def test_exception_that_cannot_be_rebuilt_is_a_worker_error(nw, tmp_path):
-    ds = Raises(12, 6, UnpicklableError, ("holds a lock",), flag_path=str(tmp_path / "flag"))
+    # 40 samples: with only 3 batches per epoch the queue, running ahead into epoch 1, could load
+    # epoch 1's index 6 (claiming the one-shot flag) before epoch 0's.
+    ds = Raises(40, 6, UnpicklableError, ("holds a lock",), flag_path=str(tmp_path / "flag"))
     with fastload.Loader(ds, 4, num_workers=nw) as loader:
         e, _, _, _ = run_until_error(loader)
         assert type(e) is fastload.WorkerError
         text = error_text(e)
         assert "UnpicklableError" in text and "holds a lock" in text, text
         assert "index 6" in text and "_raise_from_user_code" in text, text
-        assert [i for b in loader for i in b[0].tolist()] == list(range(12))
+        assert [i for b in loader for i in b[0].tolist()] == list(range(40))
 
 
 @pytest.mark.parametrize("nw", [0, 2])
