@@ -6,7 +6,7 @@ Importing fastload does no work: no shared memory, no processes, no atexit hooks
 from __future__ import annotations
 
 from ._version import __version__
-from ._worker import WorkerInfo, get_worker_info
+from ._worker import WorkerInfo, get_worker_info, sample_rng
 from .arrays import ArrayDataset
 from .errors import (
     FastloadError,
@@ -28,6 +28,7 @@ __all__ = [
     "Field",
     "WorkerInfo",
     "get_worker_info",
+    "sample_rng",
     "FastloadError",
     "LayoutMismatchError",
     "LoaderClosedError",

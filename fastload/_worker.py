@@ -26,7 +26,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import recv_handle
 from typing import Any
 
-__all__ = ["WorkerInfo", "get_worker_info", "worker_main", "pack_exception"]
+__all__ = ["WorkerInfo", "get_worker_info", "sample_rng", "worker_main", "pack_exception"]
 
 #: How long one wait for work lasts before the worker re-checks its pipe and the stop flag.
 _CLAIM_TIMEOUT_S = 0.1
@@ -45,6 +45,42 @@ class WorkerInfo:
 
 
 _worker_info: WorkerInfo | None = None
+
+
+#: (seed, epoch, index) of the sample being loaded, for sample_rng(); set by the fill loops.
+_sample_ctx: list[int] = [0, 0, -1]
+
+
+def sample_rng(index: int | None = None) -> Any:
+    """A ``numpy.random.Generator`` for the sample being loaded, seeded from
+    ``(seed, epoch, index)``.
+
+    Call it inside ``__getitem__``: random augmentations are then bitwise reproducible whatever
+    the number of workers, the start method, or a resume in between. In ``__getitems__`` pass
+    the index explicitly. Outside a loader it raises RuntimeError.
+
+    Examples
+    --------
+    >>> import numpy as np, fastload
+    >>> class Noisy:
+    ...     def __len__(self): return 4
+    ...     def __getitem__(self, i):
+    ...         return np.float64(i) + fastload.sample_rng().normal()
+    >>> a = [b.tolist() for b in fastload.Loader(Noisy(), 2, seed=1, num_workers=0)]
+    >>> b = [b.tolist() for b in fastload.Loader(Noisy(), 2, seed=1, num_workers=0)]
+    >>> a == b
+    True
+    """
+    import numpy as np
+
+    seed, epoch, current = _sample_ctx
+    i = current if index is None else int(index)
+    if i < 0:
+        raise RuntimeError(
+            "fastload.sample_rng() is only meaningful while a fastload Loader loads a sample "
+            "(inside __getitem__), or with an explicit index inside __getitems__"
+        )
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, i])))
 
 
 def get_worker_info() -> WorkerInfo | None:
@@ -150,7 +186,7 @@ def worker_main(
         conn.send(("init_error", pack_exception(e, None, worker_id)))
         _drain_and_close(conn)
         os._exit(1)
-    _Filler(worker_id, conn, dataset).run()
+    _Filler(worker_id, conn, dataset, seed).run()
     os._exit(0)
 
 
@@ -198,8 +234,9 @@ def _seed_worker(seed: int, worker_id: int) -> None:
 class _Filler:
     """The fill loop: claim a slot, load its samples, pack them, publish. One per worker."""
 
-    def __init__(self, worker_id: int, conn: Connection, dataset: Any) -> None:
+    def __init__(self, worker_id: int, conn: Connection, dataset: Any, seed: int) -> None:
         self.worker_id = worker_id
+        self.seed = seed
         self.conn = conn
         self.dataset = dataset
         self.pid = os.getpid()
@@ -233,7 +270,11 @@ class _Filler:
             try:
                 from .layout import BatchLayout
 
-                layout = BatchLayout(self.dataset[index], msg[2])
+                _sample_ctx[0], _sample_ctx[1], _sample_ctx[2] = self.seed, 0, index
+                try:
+                    layout = BatchLayout(self.dataset[index], msg[2])
+                finally:
+                    _sample_ctx[2] = -1
                 self.conn.send(("layout", layout))
             except BaseException as e:
                 self.conn.send(("probe_error", pack_exception(e, index, self.worker_id)))
@@ -266,6 +307,7 @@ class _Filler:
         count = ring.slot_count(slot)
         base = ring.data_offset + slot * ring.slot_bytes
         indices = np.frombuffer(self.region.mm, np.int64, count, base + layout.index_offset)
+        seed = int(np.frombuffer(self.region.mm, np.int64, 1, base + layout.seed_offset)[0])
         idx_list = indices.tolist()
         objects: list[Any] | None = [] if layout.n_objects else None
         index = None
@@ -275,11 +317,16 @@ class _Filler:
             if self.columns is not None and self._gather(slot, indices):
                 pass
             elif self.getitems is not None:
+                _sample_ctx[0], _sample_ctx[1] = seed, ring.slot_info(slot)["epoch"]
                 pack_getitems(self.packer, slot, idx_list, self.getitems(idx_list), objs)
             else:
+                ctx = _sample_ctx
+                ctx[0], ctx[1] = seed, ring.slot_info(slot)["epoch"]
                 for row, index in enumerate(idx_list):
                     ring.set_progress(slot, row, self.pid)
+                    ctx[2] = index
                     pack(slot, row, ds[index], objs)
+                ctx[2] = -1
             flags, var_bytes = 0, 0
             if objects is not None:
                 flags, var_bytes = self._put_objects(slot, base, objects)

@@ -3,7 +3,8 @@
 NOTE [slot payload layout]
 A slot holds one batch. Its payload is, in order, each region aligned to ``ALIGN`` bytes:
 
-1. the batch's sample indices, ``batch_size`` int64 (written by the parent, read by workers);
+1. the task: the batch's sample indices, ``batch_size`` int64, then the loader's seed (one
+   int64, for ``sample_rng``), written by the parent and read by workers;
 2. one region per array leaf, ``batch_size`` rows of ``itemsize * prod(shape)`` bytes;
 3. the variable area, holding the batch's object leaves (strings, arbitrary Python objects)
    pickled once per batch; a batch whose objects do not fit is sent over the worker's pipe instead
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -112,9 +113,10 @@ class BatchLayout:
         self.batch_size = batch_size
         self.fields: list[Field] = []  # array leaves, in tree order
         self.object_paths: list[str] = []  # object leaves, in tree order
-        self._offset = _align(8 * batch_size)  # after the index area
+        self._offset = _align(8 * (batch_size + 1))  # after the task header + index area
         self.tree = self._build(sample, "sample", depth=0)
         self.index_offset = 0
+        self.seed_offset = 8 * batch_size  # int64: the loader's seed when the batch was queued
         self.var_offset = self._offset
         self.var_bytes = 0
         if self.object_paths:
@@ -134,7 +136,7 @@ class BatchLayout:
         if depth > 64:
             raise LayoutMismatchError(f"{path}: sample nested deeper than 64 levels")
         if _is_namedtuple(x):
-            t = x  # type: ignore[assignment]
+            t = cast("tuple[Any, ...]", x)
             kids = tuple(
                 self._build(v, f"{path}.{name}", depth + 1)
                 for name, v in zip(type(x)._fields, t)  # type: ignore[attr-defined]

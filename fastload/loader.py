@@ -32,6 +32,7 @@ import numpy as np
 
 from ._errors_remote import rebuild_exception
 from ._pool import _POLL_INTERVAL_S, WorkerPool, exit_code_name
+from . import _worker
 from ._worker import pack_exception, pack_getitems
 from .errors import LoaderClosedError, LoaderTimeoutError, WorkerDied
 from .layout import PAGE, BatchLayout
@@ -138,6 +139,8 @@ class _Engine:
         self.next_epoch = 0
         self.active_epoch: int | None = None
         self.superseded: set[int] = set()  # epochs whose iterator was replaced mid-way
+        self.resume_epoch: int | None = None  # set by load_state_dict
+        self.resume_position = 0
         self.consumed = 0
         self.plan_epoch = 0
         self.plan_batch = 0
@@ -186,7 +189,8 @@ class _Engine:
         e = self.next_epoch
         self.next_epoch += 1
         self.active_epoch = e
-        self.consumed = 0
+        self.consumed = self.resume_position if e == self.resume_epoch else 0
+        self.resume_epoch, self.resume_position = None, 0
         self.kills.clear()
         self.idle_deaths.clear()
         if self.plan_epoch < e:
@@ -247,17 +251,28 @@ class _Engine:
         index = idx[0]
         try:
             if self.layout is None:
-                self.layout = BatchLayout(self.dataset[index], self.batch_size)
+                ctx = _worker._sample_ctx
+                ctx[0], ctx[1], ctx[2] = self.seed, epoch, index
+                try:
+                    self.layout = BatchLayout(self.dataset[index], self.batch_size)
+                finally:
+                    ctx[2] = -1
             lay = self.layout
             buf = np.empty(lay.slot_bytes, np.uint8)
             packer = _pack.Packer(buf, 0, lay.slot_bytes, 1, lay.batch_size, lay.tree, lay.packer_fields)
             objs: list[Any] = []
             getitems = getattr(self.dataset, "__getitems__", None)
-            if getitems is not None:
-                pack_getitems(packer, 0, idx, getitems(idx), objs)
-            else:
-                for row, index in enumerate(idx):
-                    packer.pack(0, row, self.dataset[index], objs)
+            ctx = _worker._sample_ctx
+            ctx[0], ctx[1] = self.seed, epoch
+            try:
+                if getitems is not None:
+                    pack_getitems(packer, 0, idx, getitems(idx), objs)
+                else:
+                    for row, index in enumerate(idx):
+                        ctx[2] = index
+                        packer.pack(0, row, self.dataset[index], objs)
+            finally:
+                ctx[2] = -1
             packer.close()
         except Exception as e:
             exc = rebuild_exception(pack_exception(e, index, None))  # type: ignore[arg-type]
@@ -354,8 +369,10 @@ class _Engine:
                 continue
             idx = self.batch_indices(self.plan_epoch, self.plan_batch)
             slot = self.free.pop()
-            base = ring.data_offset + slot * ring.slot_bytes + lay.index_offset
-            np.frombuffer(self.region.mm, np.int64, len(idx), base)[:] = idx
+            base = ring.data_offset + slot * ring.slot_bytes
+            task = np.frombuffer(self.region.mm, np.int64, lay.batch_size + 1, base)
+            task[: len(idx)] = idx  # NOTE [slot payload layout] in layout.py
+            task[-1] = self.seed
             ring.queue(slot, self.seq, self.plan_epoch, len(idx))
             self.inflight.append((self.seq, slot, self.plan_epoch, self.plan_batch))
             self.seq += 1
@@ -615,6 +632,53 @@ class _Engine:
             self.msgs.clear()
             self.dataset = None
 
+    # -- resume ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        if self.active_epoch is not None:
+            epoch, position = self.active_epoch, self.consumed
+        else:
+            epoch, position = self.next_epoch, 0
+        if self.resume_epoch is not None:  # loaded, not yet iterated
+            epoch, position = self.resume_epoch, self.resume_position
+        return {
+            "format": "fastload.Loader/1",
+            "seed": self.seed,
+            "epoch": epoch,
+            "position": position,
+            "len": self.n,
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.check_usable()
+        if state.get("format") != "fastload.Loader/1":
+            raise ValueError(f"not a fastload Loader state: format {state.get('format')!r}")
+        for key, mine in (("len", self.n), ("batch_size", self.batch_size),
+                          ("shuffle", self.shuffle), ("drop_last", self.drop_last)):
+            if state[key] != mine:
+                raise ValueError(
+                    f"the state was saved with {key}={state[key]!r} but this loader has "
+                    f"{key}={mine!r}; resuming would not reproduce the same batches"
+                )
+        epoch, position = int(state["epoch"]), int(state["position"])
+        if epoch < 0 or not (0 <= position <= self.nbatches):
+            raise ValueError(f"invalid state: epoch {epoch}, position {position}")
+        if self.active_epoch is not None:
+            self.superseded.add(self.active_epoch)
+            self.abort_epoch()
+        if self.ring is not None:  # whatever ran ahead belongs to another order
+            for task in self.inflight:
+                self._drop_slot(task[1])
+            self.inflight.clear()
+        self.seed = int(state["seed"])
+        self._orders.clear()
+        self.next_epoch = epoch
+        self.resume_epoch, self.resume_position = epoch, position
+        self.plan_epoch, self.plan_batch = epoch, position
+        self.superseded = {e for e in self.superseded if e < epoch}
+
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.counters)
         out["held_batches"] = len(self.leased) - len(self.returner.freed if self.returner else ())
@@ -790,6 +854,26 @@ class Loader:
         """
         if self._engine is not None:
             self._engine.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader is: a small JSON-serialisable dict (seed, epoch, position).
+
+        Taken after receiving batch ``k`` of an epoch, a loader that loads it continues with
+        batch ``k + 1``; taken between epochs, with the next epoch. No sample data is stored.
+        """
+        assert self._engine is not None
+        return self._engine.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly where ``state`` was taken (any num_workers or start method).
+
+        The dataset length, batch_size, shuffle and drop_last must match; the seed is taken
+        from the state. The next ``for`` over the loader resumes mid-epoch if the state was.
+        """
+        if self._engine is None:
+            raise LoaderClosedError("this Loader was not constructed")
+        self._engine.load_state_dict(state)
+        self.seed = self._engine.seed
 
     def stats(self) -> dict[str, Any]:
         """Counters: copied and spilled batches, worker restarts, ring operations."""

@@ -16,7 +16,7 @@ from _helpers import Point, Thing, nested_sample
 
 def _regions_disjoint(lay: BatchLayout) -> None:
     """Index area, each field's rows and the variable area are aligned, disjoint and in order."""
-    regions = [(lay.index_offset, 8 * lay.batch_size, "indices")]
+    regions = [(lay.index_offset, 8 * lay.batch_size + 8, "indices and seed")]
     regions += [(f.offset, f.row_bytes * lay.batch_size, f.path) for f in lay.fields]
     end = 0
     for off, size, name in regions:
@@ -98,7 +98,7 @@ def test_paths_of_nested_structure():
 def test_regions_are_aligned_and_disjoint(batch_size):
     sample = (np.zeros((3, 5), np.float32), np.zeros(7, np.int8), 1, np.zeros((0, 4)), "s")
     lay = BatchLayout(sample, batch_size)
-    assert lay.index_offset == 0
+    assert lay.index_offset == 0 and lay.seed_offset == 8 * batch_size
     _regions_disjoint(lay)
     assert [f.row_bytes for f in lay.fields] == [60, 7, 8, 0]
 

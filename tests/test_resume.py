@@ -1,0 +1,92 @@
+"""Exact resume (state_dict / load_state_dict) and per-sample random numbers (sample_rng)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from _resume_helpers import Augmented, AugmentedBatch
+
+import fastload
+
+
+def _batches(loader, k=None):
+    out = []
+    for b in loader:
+        out.append((b[0].tolist(), b[1].copy()))
+        if k is not None and len(out) == k:
+            break
+    return out
+
+
+def _same(a, b):
+    assert [x[0] for x in a] == [x[0] for x in b]
+    for (_, ra), (_, rb) in zip(a, b):
+        np.testing.assert_array_equal(ra, rb)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("nw_before, nw_after", [(0, 2), (2, 0), (2, 1)])
+def test_resume_mid_epoch_reproduces_the_uninterrupted_run(nw_before, nw_after):
+    with fastload.Loader(Augmented(), 4, shuffle=True, seed=7, num_workers=1) as ref:
+        full = [_batches(ref) for _ in range(3)]
+    with fastload.Loader(Augmented(), 4, shuffle=True, seed=7, num_workers=nw_before) as a:
+        epoch0 = _batches(a)
+        first = _batches(a, k=5)  # epoch 1, batches 0..4
+        state = json.loads(json.dumps(a.state_dict()))  # JSON-serialisable
+    assert state["epoch"] == 1 and state["position"] == 5
+    _same(epoch0, full[0])
+    _same(first, full[1][:5])
+    # a new loader, other worker count, no seed given: the state carries everything
+    with fastload.Loader(Augmented(), 4, shuffle=True, num_workers=nw_after) as b:
+        b.load_state_dict(state)
+        assert b.state_dict() == state
+        _same(_batches(b), full[1][5:])
+        _same(_batches(b), full[2])
+
+
+@pytest.mark.timeout(60)
+def test_resume_between_epochs_and_on_a_running_loader():
+    with fastload.Loader(Augmented(), 5, shuffle=True, seed=3, num_workers=2) as ref:
+        full = [_batches(ref) for _ in range(3)]
+        state = ref.state_dict()
+        assert (state["epoch"], state["position"]) == (3, 0)
+    with fastload.Loader(Augmented(), 5, shuffle=True, seed=3, num_workers=2) as a:
+        _batches(a)
+        s1 = a.state_dict()
+        _batches(a, k=2)  # runs ahead, then rewinds to the end of epoch 0
+        a.load_state_dict(s1)
+        _same(_batches(a), full[1])
+        _same(_batches(a), full[2])
+
+
+def test_load_state_dict_rejects_a_different_loader():
+    with fastload.Loader(Augmented(), 4, num_workers=0) as a:
+        state = a.state_dict()
+    with fastload.Loader(Augmented(), 5, num_workers=0) as b:
+        with pytest.raises(ValueError, match="batch_size=4"):
+            b.load_state_dict(state)
+        with pytest.raises(ValueError, match="format"):
+            b.load_state_dict({"epoch": 0})
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ds", [Augmented(), AugmentedBatch()], ids=["getitem", "getitems"])
+def test_sample_rng_is_independent_of_workers_and_start_method(ds):
+    runs = []
+    for nw, method in [(0, None), (1, "fork"), (2, "spawn")]:
+        with fastload.Loader(ds, 4, shuffle=True, seed=11, num_workers=nw,
+                             start_method=method) as loader:
+            runs.append([_batches(loader) for _ in range(2)])
+    for other in runs[1:]:
+        for e in range(2):
+            _same(runs[0][e], other[e])
+    # different epochs draw different numbers for the same index
+    by_index = [{i: r for idx, rr in runs[0][e] for i, r in zip(idx, rr)} for e in range(2)]
+    assert not np.array_equal(by_index[0][0], by_index[1][0])
+
+
+def test_sample_rng_outside_a_loader_is_an_error():
+    with pytest.raises(RuntimeError, match="sample_rng"):
+        fastload.sample_rng()
