@@ -107,8 +107,13 @@ class _Engine:
         max_held: int,
         copy: bool,
         on_worker_death: str = "raise",
+        shard: tuple[int, int] = (0, 1),
+        return_mask: bool = False,
     ) -> None:
         self.pid = os.getpid()
+        self.rank, self.world = shard
+        self.return_mask = return_mask
+        self._masks: dict[int, np.ndarray[Any, Any]] = {}
         self.on_worker_death = on_worker_death
         self.kills: dict[Any, int] = {}
         self.idle_deaths: dict[int, int] = {}
@@ -122,7 +127,13 @@ class _Engine:
         self.timeout = timeout
         self.max_held = max_held
         self.copy = copy
-        self.nbatches = n // batch_size if drop_last else math.ceil(n / batch_size)
+        # NOTE [rank sharding]: every rank gets the same number of samples (distributed training
+        # hangs otherwise): the epoch's global order is cut (drop_last) or padded by wrapping
+        # around to a multiple of world_size, then rank r takes positions r, r + world, ...
+        # Padded positions are duplicates; return_mask=True says which samples are real.
+        self.n_local = (n // self.world if drop_last else math.ceil(n / self.world)) if n else 0
+        n_loc = self.n_local
+        self.nbatches = n_loc // batch_size if drop_last else math.ceil(n_loc / batch_size)
         self.depth = max(1, num_workers * prefetch)
         self.nslots = self.depth + max_held
         self.closed = False
@@ -163,9 +174,17 @@ class _Engine:
                 o = rng.permutation(self.n).astype(np.int64)
             else:
                 o = np.arange(self.n, dtype=np.int64)
+            valid = np.ones(len(o), np.bool_)
+            if self.world > 1:  # NOTE [rank sharding]
+                total = self.n_local * self.world
+                valid = np.arange(total) < self.n
+                o = np.resize(o, total)[self.rank :: self.world]
+                valid = valid[self.rank :: self.world]
             for old in [e for e in self._orders if e < epoch - 1]:
                 del self._orders[old]
+                self._masks.pop(old, None)
             self._orders[epoch] = o
+            self._masks[epoch] = valid
         return o
 
     def batch_indices(self, epoch: int, b: int) -> np.ndarray[Any, Any]:
@@ -241,9 +260,14 @@ class _Engine:
         except BaseException:
             self.abort_epoch()
             raise
+        b = self.consumed
         self.consumed += 1
         if self.consumed >= self.nbatches:
             self.active_epoch = None
+        if self.return_mask:
+            self.order(epoch)
+            mask = self._masks[epoch][b * self.batch_size : (b + 1) * self.batch_size].copy()
+            return batch, mask
         return batch
 
     def _inprocess_batch(self, epoch: int, b: int) -> Any:
@@ -649,6 +673,7 @@ class _Engine:
             "batch_size": self.batch_size,
             "shuffle": self.shuffle,
             "drop_last": self.drop_last,
+            "shard": [self.rank, self.world],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -656,10 +681,11 @@ class _Engine:
         if state.get("format") != "fastload.Loader/1":
             raise ValueError(f"not a fastload Loader state: format {state.get('format')!r}")
         for key, mine in (("len", self.n), ("batch_size", self.batch_size),
-                          ("shuffle", self.shuffle), ("drop_last", self.drop_last)):
-            if state[key] != mine:
+                          ("shuffle", self.shuffle), ("drop_last", self.drop_last),
+                          ("shard", [self.rank, self.world])):
+            if state.get(key, [0, 1] if key == "shard" else None) != mine:
                 raise ValueError(
-                    f"the state was saved with {key}={state[key]!r} but this loader has "
+                    f"the state was saved with {key}={state.get(key)!r} but this loader has "
                     f"{key}={mine!r}; resuming would not reproduce the same batches"
                 )
         epoch, position = int(state["epoch"]), int(state["position"])
@@ -687,6 +713,40 @@ class _Engine:
         if self.ring is not None and not self.ring.closed:
             out["ring"] = self.ring.stats()
         return out
+
+
+_SHARD_ENV = (
+    ("RANK", "WORLD_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+)
+
+
+def _resolve_shard(shard: tuple[int, int] | str | None) -> tuple[int, int]:
+    if shard is None:
+        return (0, 1)
+    if shard == "auto":
+        for rk, wk in _SHARD_ENV:
+            if rk in os.environ and wk in os.environ:
+                try:
+                    rank, world = int(os.environ[rk]), int(os.environ[wk])
+                except ValueError:
+                    raise ValueError(
+                        f"shard='auto': {rk}={os.environ[rk]!r}, {wk}={os.environ[wk]!r} are not "
+                        "integers"
+                    ) from None
+                return _resolve_shard((rank, world))
+        return (0, 1)
+    if isinstance(shard, str):
+        raise ValueError(f"shard must be None, 'auto' or (rank, world_size), got {shard!r}")
+    try:
+        rank, world = (int(x) for x in shard)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise ValueError(f"shard must be None, 'auto' or (rank, world_size), got {shard!r}") from None
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"shard=(rank, world_size) needs 0 <= rank < world_size, got {shard!r}")
+    return (rank, world)
 
 
 class _EpochIterator(Iterator[Any]):
@@ -739,6 +799,15 @@ class Loader:
         NOTE [held batches] in fastload/loader.py).
     copy : bool
         Always return owned copies instead of zero-copy views.
+    shard : (rank, world_size), "auto" or None
+        Load only this rank's share of every epoch (NOTE [rank sharding] in loader.py): ranks
+        are disjoint, cover the dataset, and get the same number of batches; without
+        ``drop_last`` the last positions are padded with wrapped-around samples. ``"auto"`` reads
+        torchrun's ``RANK``/``WORLD_SIZE``, Slurm's ``SLURM_PROCID``/``SLURM_NTASKS`` or Open
+        MPI's ``OMPI_COMM_WORLD_RANK``/``OMPI_COMM_WORLD_SIZE`` (a single process if none is set).
+    return_mask : bool
+        Yield ``(batch, mask)`` where ``mask`` is a bool array, False for padded duplicates, so
+        evaluation metrics can ignore them.
     on_worker_death : {"raise", "restart"}
         What a dead worker (signal, ``os._exit``, OOM kill) does to the epoch. Either way the
         worker is restarted. ``"raise"``: :class:`WorkerDied` ends the epoch. ``"restart"``: the
@@ -770,8 +839,11 @@ class Loader:
         max_held: int = 3,
         copy: bool = False,
         on_worker_death: str = "raise",
+        shard: tuple[int, int] | str | None = None,
+        return_mask: bool = False,
     ) -> None:
         self._engine: _Engine | None = None
+        rank_world = _resolve_shard(shard)
         if on_worker_death not in ("raise", "restart"):
             raise ValueError(
                 f"on_worker_death must be 'raise' or 'restart', got {on_worker_death!r}"
@@ -824,7 +896,8 @@ class Loader:
         self.seed = int(seed)
         self._engine = _Engine(
             dataset, n, batch_size, shuffle, int(seed), drop_last, num_workers, prefetch,
-            start_method, worker_init, timeout, max_held, copy, on_worker_death,
+            start_method, worker_init, timeout, max_held, copy, on_worker_death, rank_world,
+            return_mask,
         )
         from multiprocessing.util import Finalize
 
