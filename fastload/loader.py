@@ -109,8 +109,15 @@ class _Engine:
         on_worker_death: str = "raise",
         shard: tuple[int, int] = (0, 1),
         return_mask: bool = False,
+        batch_plan: Any = None,
     ) -> None:
         self.pid = os.getpid()
+        # NOTE [batch plans]: front ends with their own samplers (fastload.compat) pass
+        # batch_plan(epoch) -> list of index sequences; it is called once per epoch, in epoch
+        # order (the queue runs at most one epoch ahead), and batch_size is then the largest
+        # batch it may return.
+        self.batch_plan = batch_plan
+        self._plans: dict[int, list[np.ndarray[Any, Any]]] = {}
         self.rank, self.world = shard
         self.return_mask = return_mask
         self._masks: dict[int, np.ndarray[Any, Any]] = {}
@@ -163,7 +170,8 @@ class _Engine:
         self._last_check = time.monotonic()
         if num_workers > 0:
             self.pool = WorkerPool(dataset, num_workers, start_method, worker_init, seed)
-            self._send_probe()
+            if batch_plan is None:  # a sampler is not asked before its epoch starts
+                self._send_probe()
 
     # -- order -------------------------------------------------------------------------------
     def order(self, epoch: int) -> np.ndarray[Any, Any]:
@@ -187,7 +195,32 @@ class _Engine:
             self._masks[epoch] = valid
         return o
 
+    def plan(self, epoch: int) -> list[np.ndarray[Any, Any]]:
+        p = self._plans.get(epoch)
+        if p is None:
+            p = []
+            for k, batch in enumerate(self.batch_plan(epoch)):
+                a = np.asarray(batch, dtype=np.int64).reshape(-1)
+                if not 0 < len(a) <= self.batch_size:
+                    raise ValueError(
+                        f"batch {k} of epoch {epoch} has {len(a)} indices; expected 1 to "
+                        f"{self.batch_size}"
+                    )
+                if len(a) and (a.min() < 0 or a.max() >= self.n):
+                    bad = a[(a < 0) | (a >= self.n)][0]
+                    raise IndexError(f"sampler index {bad} out of range for {self.n} samples")
+                p.append(a)
+            for old in [e for e in self._plans if e < epoch - 1]:
+                del self._plans[old]
+            self._plans[epoch] = p
+        return p
+
+    def nbatches_of(self, epoch: int) -> int:
+        return self.nbatches if self.batch_plan is None else len(self.plan(epoch))
+
     def batch_indices(self, epoch: int, b: int) -> np.ndarray[Any, Any]:
+        if self.batch_plan is not None:
+            return self.plan(epoch)[b]
         return self.order(epoch)[b * self.batch_size : (b + 1) * self.batch_size]
 
     # -- epochs ------------------------------------------------------------------------------
@@ -249,7 +282,7 @@ class _Engine:
                 "this epoch's iterator was superseded: iter(loader) was called again (a new "
                 "epoch started) or the epoch ended with an error"
             )
-        if self.consumed >= self.nbatches:
+        if self.consumed >= self.nbatches_of(epoch):
             self.active_epoch = None
             raise StopIteration
         try:
@@ -262,7 +295,7 @@ class _Engine:
             raise
         b = self.consumed
         self.consumed += 1
-        if self.consumed >= self.nbatches:
+        if self.consumed >= self.nbatches_of(epoch):
             self.active_epoch = None
         if self.return_mask:
             self.order(epoch)
@@ -384,11 +417,13 @@ class _Engine:
         lay = self.layout
         assert lay is not None
         while len(self.inflight) < self.depth and self.free:
-            if self.plan_batch >= self.nbatches:
-                if self.plan_epoch >= cur + 1:
+            if self.batch_plan is not None and self.plan_epoch > cur:
+                break  # NOTE [batch plans]: a sampler is only asked once its epoch has started
+            if self.plan_batch >= self.nbatches_of(self.plan_epoch):
+                if self.plan_epoch >= cur + (0 if self.batch_plan is not None else 1):
                     break  # never plan more than one epoch ahead
                 self.plan_epoch, self.plan_batch = self.plan_epoch + 1, 0
-                if self.nbatches == 0:
+                if self.nbatches_of(self.plan_epoch) == 0:
                     break
                 continue
             idx = self.batch_indices(self.plan_epoch, self.plan_batch)
@@ -442,9 +477,10 @@ class _Engine:
     # -- workers -----------------------------------------------------------------------------
     def _send_probe(self) -> None:
         assert self.pool is not None
-        if self.n == 0 or self.nbatches == 0:
+        e = self.active_epoch if self.active_epoch is not None else self.next_epoch
+        if self.n == 0 or self.nbatches_of(e) == 0:
             return
-        self.probe_index = int(self.order(0)[0])
+        self.probe_index = int(self.batch_indices(e, self.consumed)[0])
         self.pool.send(0, ("probe", self.probe_index, self.batch_size))
         self.probe_sent = True
 
@@ -678,6 +714,8 @@ class _Engine:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.check_usable()
+        if self.batch_plan is not None:
+            raise NotImplementedError("resuming a loader driven by a custom sampler")
         if state.get("format") != "fastload.Loader/1":
             raise ValueError(f"not a fastload Loader state: format {state.get('format')!r}")
         for key, mine in (("len", self.n), ("batch_size", self.batch_size),
@@ -841,6 +879,7 @@ class Loader:
         on_worker_death: str = "raise",
         shard: tuple[int, int] | str | None = None,
         return_mask: bool = False,
+        _batch_plan: Any = None,
     ) -> None:
         self._engine: _Engine | None = None
         rank_world = _resolve_shard(shard)
@@ -897,7 +936,7 @@ class Loader:
         self._engine = _Engine(
             dataset, n, batch_size, shuffle, int(seed), drop_last, num_workers, prefetch,
             start_method, worker_init, timeout, max_held, copy, on_worker_death, rank_world,
-            return_mask,
+            return_mask, _batch_plan,
         )
         from multiprocessing.util import Finalize
 
@@ -913,7 +952,8 @@ class Loader:
 
     def __len__(self) -> int:
         assert self._engine is not None
-        return self._engine.nbatches
+        e = self._engine
+        return e.nbatches_of(e.active_epoch if e.active_epoch is not None else e.next_epoch)
 
     def __iter__(self) -> Iterator[Any]:
         if self._engine is None:
