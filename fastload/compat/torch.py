@@ -1,0 +1,506 @@
+"""``torch.utils.data.DataLoader`` on fastload's engine.
+
+    from fastload.compat.torch import DataLoader   # instead of torch.utils.data.DataLoader
+
+Same arguments, validation and error messages, same sampling order (torch's own samplers are
+built exactly as torch builds them, with the same generator draws), same collation (NumPy
+arrays, tensors and numbers become tensors; dicts, lists, namedtuples keep their type; tuples
+become lists; strings become lists of str). What differs:
+
+* Batches are zero-copy: every tensor of a batch is ``torch.from_numpy`` of a view into the
+  shared-memory slot the worker packed it into; the tensor keeps the slot alive. Hold fewer than
+  ``max_held`` batches at once (3 by default) or later batches are copies (see NOTE [held
+  batches] in fastload/loader.py).
+* Workers are fastload's: started at the first ``iter()`` and kept until :meth:`close` (or
+  garbage collection), whatever ``persistent_workers`` says. They are seeded the way torch
+  seeds them (``torch.initial_seed() == base_seed + worker_id``, ``random`` likewise, NumPy with
+  torch's ``_generate_state``), with the ``base_seed`` drawn at that first ``iter()``; with
+  ``persistent_workers=False`` a base seed is still drawn from the generator at every
+  ``iter()``, so the sampling order of every epoch equals torch's, but workers are not
+  re-seeded (their RNG streams continue, as with ``persistent_workers=True``).
+* Which worker loads which batch is decided at run time (not round-robin), so randomness drawn
+  from the workers' global RNGs inside ``__getitem__`` is not reproducible run to run; use
+  ``fastload.sample_rng()`` for per-sample reproducible augmentation.
+* A custom ``collate_fn`` runs in the main process: the engine packs samples into the slot, the
+  batch is split back into per-sample views (tensors for tensor leaves, NumPy views for array
+  leaves, Python objects otherwise) and ``collate_fn(list_of_samples)`` is called. Its cost is
+  one Python call per leaf per sample plus whatever ``collate_fn`` does, in the main process.
+  Samples must still have a fixed structure and shapes (fastload packs into fixed slots).
+* The index sampler (``batch_sampler``) is iterated at ``iter()`` rather than lazily at the
+  first ``next()``; its draws from the generator come in the same order as torch's.
+
+Not supported: ``IterableDataset``, ``in_order=False`` and ``pin_memory_device`` (accepted and
+ignored with torch's warning), tensors NumPy cannot represent (``bfloat16``, sparse, quantized).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as _mp
+import warnings
+from typing import Any
+
+import numpy as np
+
+try:
+    import torch
+    from torch.utils.data import (
+        BatchSampler,
+        IterableDataset,
+        RandomSampler,
+        SequentialSampler,
+    )
+except ImportError as _e:  # pragma: no cover - exercised only without torch
+    raise ImportError(
+        "fastload.compat.torch needs PyTorch: pip install torch (fastload itself does not)"
+    ) from _e
+
+import fastload
+from fastload.errors import LoaderTimeoutError
+from fastload.loader import Loader
+
+__all__ = ["DataLoader", "DataLoaderTimeoutError"]
+
+
+class DataLoaderTimeoutError(LoaderTimeoutError, RuntimeError):
+    """No batch within ``timeout``: a RuntimeError, as torch raises, and a
+    :class:`fastload.LoaderTimeoutError`."""
+
+
+# Leaf tags, added in the worker and removed in the main process (one dict level each: fastload
+# keeps dict structure, so a tagged leaf costs nothing on the zero-copy path).
+_T_TENSOR = "\x00fastload.tensor"  # a torch tensor, sent as its NumPy array
+_T_PY = "\x00fastload.py"  # a Python int / float / bool / complex
+_TAGS = (_T_TENSOR, _T_PY)
+
+
+def _to_numpy(x: Any) -> Any:
+    """Worker side: tensors -> tagged NumPy arrays, Python numbers tagged, structure kept."""
+    if isinstance(x, torch.Tensor):
+        return {_T_TENSOR: x.detach().cpu().numpy()}
+    if isinstance(x, (bool, int, float, complex)) and type(x).__module__ == "builtins":
+        return {_T_PY: x}
+    if isinstance(x, (str, bytes, np.ndarray, np.generic)) or x is None:
+        return x
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(_to_numpy(v) for v in x))
+    if isinstance(x, tuple):
+        return tuple(_to_numpy(v) for v in x)
+    if isinstance(x, list):
+        return [_to_numpy(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _to_numpy(v) for k, v in x.items()}
+    return x
+
+
+def _tag(x: Any) -> str | None:
+    if type(x) is dict and len(x) == 1:
+        k = next(iter(x))
+        if k in _TAGS:
+            return str(k)
+    return None
+
+
+def _collate(x: Any) -> Any:
+    """Main side: torch's default_collate of a fastload batch (arrays -> tensors, zero-copy)."""
+    if isinstance(x, np.ndarray):
+        if x.dtype.char in "SaUO":
+            raise TypeError(
+                "default_collate: batch must contain tensors, numpy arrays, numbers, dicts or "
+                f"lists; found {x.dtype}"
+            )
+        return torch.from_numpy(x)
+    tag = _tag(x)
+    if tag is not None:
+        return _collate(x[tag])
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(_collate(v) for v in x))
+    if isinstance(x, tuple):
+        return [_collate(v) for v in x]  # torch: tuples become lists
+    if isinstance(x, list):
+        return [_collate(v) for v in x]  # a structure list, or a per-sample list of objects
+    if isinstance(x, dict):
+        return type(x)({k: _collate(v) for k, v in x.items()})
+    return x
+
+
+def _row(x: Any, r: int) -> Any:
+    """Row ``r`` of one leaf (ndarray or tagged), as the dataset returned it (views)."""
+    tag = _tag(x)
+    if tag == _T_TENSOR:
+        return torch.from_numpy(x[tag][r : r + 1].reshape(x[tag].shape[1:]))
+    if tag == _T_PY:
+        return x[tag][r].item()
+    return x[r]  # an ndarray leaf
+
+
+def _row_s(x: Any, r: int, is_obj: Any) -> Any:
+    if is_obj is True:
+        return x[r]
+    tag = _tag(x)
+    if tag is not None or isinstance(x, np.ndarray):
+        return _row(x, r)
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(_row_s(v, r, s) for v, s in zip(x, is_obj)))
+    if isinstance(x, (tuple, list)):
+        return type(x)(_row_s(v, r, s) for v, s in zip(x, is_obj))
+    if isinstance(x, dict):
+        return type(x)({k: _row_s(v, r, is_obj[k]) for k, v in x.items()})
+    return x
+
+
+class _TorchDataset:
+    """Picklable wrapper run in the workers: tensor leaves -> NumPy (see ``_to_numpy``)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return _to_numpy(self.dataset[index])
+
+
+class _TorchDatasetGetitems(_TorchDataset):
+    """As torch's fetcher does, use the dataset's ``__getitems__`` when it has one."""
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:
+        return [_to_numpy(s) for s in self.dataset.__getitems__(indices)]
+
+
+class _WorkerInit:
+    """Seeds a worker as torch's _worker_loop does and publishes torch's get_worker_info()."""
+
+    def __init__(self, base_seed: int, num_workers: int, user_fn: Any) -> None:
+        self.base_seed = base_seed
+        self.num_workers = num_workers
+        self.user_fn = user_fn
+
+    def __call__(self, worker_id: int) -> None:
+        import random
+
+        from torch.utils.data._utils import worker as tworker
+
+        torch.set_num_threads(1)
+        seed = self.base_seed + worker_id
+        random.seed(seed)
+        torch.manual_seed(seed)
+        np.random.seed(tworker._generate_state(self.base_seed, worker_id))
+        info = fastload.get_worker_info()
+        ds = info.dataset if info is not None else None
+        if isinstance(ds, _TorchDataset):
+            ds = ds.dataset
+        tworker._worker_info = tworker.WorkerInfo(
+            id=worker_id, num_workers=self.num_workers, seed=seed, dataset=ds
+        )
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+
+
+def _start_method_of(ctx: Any) -> str | None:
+    if ctx is None:
+        return None
+    if isinstance(ctx, str):
+        return ctx
+    return str(ctx.get_start_method())
+
+
+class DataLoader:
+    """``torch.utils.data.DataLoader`` on fastload (see the module docstring for differences).
+
+    Extra keyword arguments ``max_held`` and ``copy`` are passed to :class:`fastload.Loader`.
+    Call :meth:`close` (or use ``with``) to stop the workers; garbage collection also does.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        num_workers: int = 0,
+        collate_fn: Any = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Any = None,
+        multiprocessing_context: Any = None,
+        generator: Any = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        max_held: int = 3,
+        copy: bool = False,
+    ) -> None:
+        self._loader: Loader | None = None
+        # -- torch's validation, same order and messages (torch/utils/data/dataloader.py) ----
+        if num_workers < 0:
+            raise ValueError(
+                "num_workers option should be non-negative; "
+                "use num_workers=0 to disable multiprocessing."
+            )
+        if timeout < 0:
+            raise ValueError("timeout option should be non-negative")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError(
+                "prefetch_factor option could only be specified in multiprocessing."
+                "let num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor "
+                "to None."
+            )
+        elif num_workers > 0 and prefetch_factor is None:
+            prefetch_factor = 2
+        elif prefetch_factor is not None and prefetch_factor < 0:
+            raise ValueError("prefetch_factor option should be non-negative")
+        if persistent_workers and num_workers == 0:
+            raise ValueError("persistent_workers option needs num_workers > 0")
+        if isinstance(dataset, IterableDataset):
+            raise NotImplementedError(
+                "fastload.compat.torch.DataLoader supports map-style datasets only; use "
+                "torch.utils.data.DataLoader for an IterableDataset"
+            )
+        shuffle = bool(shuffle)
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError(
+                    "batch_sampler option is mutually exclusive "
+                    "with batch_size, shuffle, sampler, and "
+                    "drop_last"
+                )
+            batch_size = None
+            drop_last = False
+        elif batch_size is None:
+            if drop_last:
+                raise ValueError(
+                    "batch_size=None option disables auto-batching "
+                    "and is mutually exclusive with drop_last"
+                )
+        if multiprocessing_context is not None:
+            if num_workers > 0:
+                if isinstance(multiprocessing_context, str):
+                    valid = torch.multiprocessing.get_all_start_methods()
+                    if multiprocessing_context not in valid:
+                        raise ValueError(
+                            "multiprocessing_context option "
+                            f"should specify a valid start method in {valid!r}, but got "
+                            f"multiprocessing_context={multiprocessing_context!r}"
+                        )
+                    multiprocessing_context = torch.multiprocessing.get_context(
+                        multiprocessing_context
+                    )
+                if not isinstance(multiprocessing_context, _mp.context.BaseContext):
+                    raise TypeError(
+                        "multiprocessing_context option should be a valid context "
+                        "object or a string specifying the start method, but got "
+                        f"multiprocessing_context={multiprocessing_context}"
+                    )
+            else:
+                raise ValueError(
+                    "multiprocessing_context can only be used with "
+                    "multi-process loading (num_workers > 0), but got "
+                    f"num_workers={num_workers}"
+                )
+        if sampler is None:
+            if shuffle:
+                sampler = RandomSampler(dataset, generator=generator)
+            else:
+                sampler = SequentialSampler(dataset)
+        self._auto_collation = batch_size is not None or batch_sampler is not None
+        if batch_size is not None and batch_sampler is None:
+            batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.num_workers = num_workers
+        self.prefetch_factor = prefetch_factor
+        self.pin_memory = pin_memory
+        self.pin_memory_device = pin_memory_device
+        self.timeout = timeout
+        self.worker_init_fn = worker_init_fn
+        self.multiprocessing_context = multiprocessing_context
+        self.generator = generator
+        self.persistent_workers = persistent_workers
+        self.in_order = in_order
+        self.collate_fn = collate_fn  # None: torch's default_collate semantics, done here
+        self._max_held = max_held
+        self._copy = copy
+        self._plans: dict[int, list[Any]] = {}
+        self._base_seed: int | None = None
+        self._epoch = 0
+
+    # -- the index sampler ------------------------------------------------------------------
+    @property
+    def _index_sampler(self) -> Any:
+        return self.batch_sampler if self._auto_collation else self.sampler
+
+    def __len__(self) -> int:
+        return len(self._index_sampler)
+
+    def _make_loader(self, max_batch: int, base_seed: int) -> Loader:
+        getitems = hasattr(self.dataset, "__getitems__")
+        wrapped = (_TorchDatasetGetitems if getitems else _TorchDataset)(self.dataset)
+        self._epoch = 0  # the new engine's epoch counter
+        return Loader(
+            wrapped,
+            max(1, max_batch),
+            num_workers=self.num_workers,
+            prefetch=max(1, self.prefetch_factor or 1),
+            start_method=_start_method_of(self.multiprocessing_context),
+            worker_init=_WorkerInit(base_seed, self.num_workers, self.worker_init_fn)
+            if self.num_workers > 0
+            else None,
+            timeout=float(self.timeout) if self.timeout > 0 else None,
+            max_held=self._max_held,
+            copy=self._copy,
+            seed=base_seed % (2**63),
+            _batch_plan=self._plans.pop,  # no reference back to self
+        )
+
+    def __iter__(self) -> Any:
+        if self.pin_memory and self.pin_memory_device:
+            warnings.warn(
+                "pin_memory_device is deprecated, the current accelerator will be used as the "
+                "device,"
+                f"ignore pin_memory_device='{self.pin_memory_device}'.",
+                stacklevel=2,
+            )
+        if self.pin_memory and not torch.accelerator.is_available():
+            warnings.warn(
+                "'pin_memory' argument is set as true but no accelerator is found, "
+                "then device pinned memory won't be used.",
+                stacklevel=2,
+            )
+        pin = self.pin_memory and torch.accelerator.is_available()
+        # torch draws the base seed when it creates an iterator: every iter() unless the workers
+        # are persistent (then only the first), before the sampler draws anything.
+        if self._base_seed is None or not self.persistent_workers:
+            seed = int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
+            if self._base_seed is None:
+                self._base_seed = seed
+        if self._auto_collation:
+            plan = [list(b) for b in self.batch_sampler]
+        else:
+            plan = [[i] for i in self.sampler]
+        biggest = max((len(b) for b in plan), default=1)
+        if self._loader is not None and biggest > self._loader.batch_size:
+            self._loader.close()  # a custom batch sampler grew: new slots, new workers
+            self._loader = None
+        if self._loader is None:
+            hint = self.batch_size if self.batch_size else biggest
+            self._loader = self._make_loader(max(hint, biggest), self._base_seed)
+        it = iter(self._loader)  # one engine epoch per iter(): see NOTE [batch plans]
+        self._plans.clear()
+        self._plans[self._epoch] = plan  # asked for at the first next(), then popped
+        self._epoch += 1
+        return self._batches(it, pin)
+
+    def _batches(self, it: Any, pin: bool) -> Any:
+        collate = self.collate_fn
+        auto = self._auto_collation
+        structure = None
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            except LoaderTimeoutError as e:
+                raise DataLoaderTimeoutError(
+                    f"DataLoader timed out after {self.timeout} seconds ({e})"
+                ) from e
+            if not auto:
+                out = _convert(_row_s(batch, 0, _objects(batch, 1)))
+            elif collate is None:
+                out = _collate(batch)
+            else:
+                count = _count(batch)
+                if structure is None:
+                    structure = _objects(batch, count)
+                out = collate([_row_s(batch, r, structure) for r in range(count)])
+            if pin:
+                from torch.utils.data._utils.pin_memory import pin_memory as _pin
+
+                out = _pin(out, torch.accelerator.current_accelerator().type)
+            yield out
+
+    def close(self) -> None:
+        """Stop the workers and free the shared memory; batches still held stay valid.
+
+        A later ``iter()`` starts new workers (seeded with the same base seed).
+        """
+        if self._loader is not None:
+            self._loader.close()
+            self._loader = None
+
+    def __enter__(self) -> DataLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"<fastload.compat.torch.DataLoader batch_size={self.batch_size} "
+            f"num_workers={self.num_workers} batches={len(self)}>"
+        )
+
+
+def _count(batch: Any) -> int:
+    """Samples in a fastload batch: the leading axis of any array leaf (or an object list)."""
+    tag = _tag(batch)
+    if tag is not None:
+        return len(batch[tag])
+    if isinstance(batch, np.ndarray):
+        return len(batch)
+    vals = list(batch.values()) if isinstance(batch, dict) else batch
+    for v in vals:
+        c = _count(v)
+        if c >= 0:
+            return c
+    return -1
+
+
+def _objects(x: Any, count: int) -> Any:
+    """Which lists of a batch are per-sample object lists (True) and which are structure.
+
+    Leaves that are not numbers or arrays come back as a list of ``count`` objects; a list in
+    the sample comes back as a list of batched children, each an ndarray, a tagged dict or a
+    nested structure. An object list holds the raw objects (strings, None, ...), never arrays.
+    """
+    if isinstance(x, np.ndarray) or _tag(x) is not None:
+        return False
+    if isinstance(x, list):
+        if len(x) == count and not any(
+            isinstance(v, (np.ndarray, dict, list, tuple)) for v in x
+        ):
+            return True
+        return [_objects(v, count) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_objects(v, count) for v in x)
+    if isinstance(x, dict):
+        return {k: _objects(v, count) for k, v in x.items()}
+    return False
+
+
+def _convert(x: Any) -> Any:
+    """torch's default_convert for one sample (batch_size=None): arrays -> tensors."""
+    tag = _tag(x)
+    if tag == _T_TENSOR:
+        return torch.from_numpy(np.asarray(x[tag]))
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(x) if x.dtype.char not in "SaUO" else x
+    if isinstance(x, np.generic):
+        return torch.as_tensor(x)
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(_convert(v) for v in x))
+    if isinstance(x, (tuple, list)):
+        return [_convert(v) for v in x]  # torch: tuples become lists
+    if isinstance(x, dict):
+        return type(x)({k: _convert(v) for k, v in x.items()})
+    return x

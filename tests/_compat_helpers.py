@@ -1,0 +1,106 @@
+"""Module-level datasets and hooks for tests/test_compat_torch.py (picklable for spawn)."""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import numpy as np
+import torch
+
+Point = collections.namedtuple("Point", ["x", "y"])
+
+
+class ArrayDS:
+    """Sample i: a float32 vector [i, i+0.5, i+0.25]."""
+
+    def __init__(self, n: int = 23) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        return np.array([i, i + 0.5, i + 0.25], np.float32)
+
+
+class MixedDS:
+    """dict / tuple / namedtuple / str / Python and NumPy scalars / tensors, all in one."""
+
+    def __init__(self, n: int = 11) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        return {
+            "img": torch.full((2, 3), float(i)),
+            "pair": (i, float(i) / 2),
+            "pt": Point(np.int32(i), np.float32(i) * 2),
+            "name": f"s{i}",
+            "flag": i % 2 == 0,
+            "lst": [np.arange(2) + i, torch.tensor(i)],
+        }
+
+
+class TensorPairDS:
+    def __len__(self) -> int:
+        return 9
+
+    def __getitem__(self, i: int):
+        return torch.arange(4, dtype=torch.float32) + i, torch.tensor(i)
+
+
+class WorkerInfoDS:
+    """Reports, per sample, what the worker sees: torch's worker info and seed."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int):
+        info = torch.utils.data.get_worker_info()
+        assert info is not None and isinstance(info.dataset, WorkerInfoDS)
+        return np.array(
+            [i, info.id, info.num_workers, info.seed, torch.initial_seed(),
+             int(os.environ.get("FL_COMPAT_INIT", "-1"))],
+            np.int64,
+        )
+
+
+def record_init(worker_id: int) -> None:
+    os.environ["FL_COMPAT_INIT"] = str(100 + worker_id)
+
+
+class FailingDS:
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i: int):
+        if i == 4:
+            raise KeyError(f"bad sample {i}")
+        return np.float64(i)
+
+
+def pad_collate(samples):
+    """A typical custom collate: sees the samples as the dataset returned them."""
+    assert all(isinstance(s["img"], torch.Tensor) for s in samples)
+    assert all(isinstance(s["name"], str) and isinstance(s["flag"], bool) for s in samples)
+    assert all(type(s["pair"]) is tuple and type(s["pair"][0]) is int for s in samples)
+    return {
+        "img": torch.stack([s["img"] for s in samples]),
+        "names": "|".join(s["name"] for s in samples),
+        "n": len(samples),
+    }
+
+
+class SlowDS:
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int):
+        if i >= 2:
+            import time
+
+            time.sleep(3)
+        return np.float32(i)

@@ -1,0 +1,287 @@
+"""fastload.compat.torch.DataLoader against the real torch.utils.data.DataLoader."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+from torch.utils.data import BatchSampler, DistributedSampler, Sampler  # noqa: E402
+from torch.utils.data import DataLoader as TorchDataLoader  # noqa: E402
+
+from _compat_helpers import (  # noqa: E402
+    ArrayDS,
+    FailingDS,
+    MixedDS,
+    Point,
+    SlowDS,
+    TensorPairDS,
+    WorkerInfoDS,
+    pad_collate,
+    record_init,
+)
+from fastload.compat.torch import DataLoader  # noqa: E402
+
+
+def same(a, b) -> None:
+    """Same structure, types, dtypes and values."""
+    assert type(a) is type(b), (type(a), type(b))
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape, (a, b)
+        assert torch.equal(a, b), (a, b)
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            same(x, y)
+    else:
+        assert a == b
+
+
+def epochs(loader, n=2):
+    return [list(loader) for _ in range(n)]
+
+
+def compare(ds, n_epochs=2, num_workers=0, seed=None, **kw):
+    """Reference: torch with num_workers=0 (its order does not depend on workers), or 1
+    persistent worker (persistent workers draw the base seed once, not every epoch)."""
+    gen = (lambda: torch.Generator().manual_seed(seed)) if seed is not None else (lambda: None)
+    torch.manual_seed(1234)
+    ref_kw = dict(kw, num_workers=1, multiprocessing_context="fork") if kw.get(
+        "persistent_workers") else kw
+    ref_loader = TorchDataLoader(ds, generator=gen(), **ref_kw)
+    ref = epochs(ref_loader, n_epochs)
+    del ref_loader  # stops torch's persistent worker
+    gc.collect()
+    torch.manual_seed(1234)
+    with DataLoader(ds, generator=gen(), num_workers=num_workers, **kw) as dl:
+        assert len(dl) == len(ref[0])
+        got = epochs(dl, n_epochs)
+        same(got, ref)
+
+
+def test_import_is_lazy():
+    code = "import sys, fastload.compat; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "try:\n    import fastload.compat.torch\nexcept ImportError as e:\n"
+            "    assert 'pip install torch' in str(e), e\nelse:\n    raise SystemExit(1)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_order_in_process(shuffle, drop_last):
+    compare(ArrayDS(), batch_size=4, shuffle=shuffle, drop_last=drop_last, seed=7)
+    compare(ArrayDS(), batch_size=5, shuffle=shuffle, drop_last=drop_last)  # global RNG
+
+
+@pytest.mark.timeout(60)
+def test_order_workers_and_structures():
+    compare(ArrayDS(), num_workers=2, batch_size=4, shuffle=True, seed=3)
+    compare(ArrayDS(), num_workers=2, batch_size=4, shuffle=True)  # torch.manual_seed
+    compare(MixedDS(), num_workers=2, batch_size=3, shuffle=True, seed=5)
+    compare(TensorPairDS(), num_workers=2, batch_size=4)
+
+
+@pytest.mark.timeout(60)
+def test_persistent_workers_order():
+    compare(ArrayDS(), n_epochs=3, num_workers=2, batch_size=4, shuffle=True,
+            persistent_workers=True, seed=11)
+    compare(ArrayDS(), n_epochs=3, num_workers=2, batch_size=4, shuffle=True,
+            persistent_workers=True)
+
+
+def test_structures_and_dtypes():
+    compare(MixedDS(), batch_size=4)
+    with DataLoader(MixedDS(), batch_size=4) as dl:
+        b = next(iter(dl))
+    assert b["img"].dtype == torch.float32 and b["img"].shape == (4, 2, 3)
+    assert type(b["pair"]) is list  # torch turns tuples into lists
+    assert b["pair"][0].dtype == torch.int64 and b["pair"][1].dtype == torch.float64
+    assert type(b["pt"]) is Point and b["pt"].x.dtype == torch.int32
+    assert b["name"] == ["s0", "s1", "s2", "s3"] and b["flag"].dtype == torch.bool
+
+
+def test_batch_sampler_and_custom_sampler():
+    class Odd(Sampler):
+        def __init__(self, n):
+            self.n = n
+
+        def __iter__(self):
+            return iter(range(1, self.n, 2))
+
+        def __len__(self):
+            return self.n // 2
+
+    compare(ArrayDS(), sampler=Odd(23), batch_size=3)
+    bs = BatchSampler(Odd(23), 4, drop_last=False)
+    compare(ArrayDS(), batch_sampler=bs)
+    uneven = [[0], [1, 2, 3, 4, 5, 6], [7, 8]]  # a plain iterable of lists works too
+    compare(ArrayDS(), batch_sampler=uneven)
+
+
+def test_growing_batch_sampler():
+    class Growing:
+        def __init__(self):
+            self.k = 1
+
+        def __iter__(self):
+            self.k += 2
+            return iter([list(range(self.k))])
+
+        def __len__(self):
+            return 1
+
+    with DataLoader(ArrayDS(), batch_sampler=Growing()) as dl:
+        assert [len(b) for e in epochs(dl, 3) for b in e] == [3, 5, 7]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_distributed_sampler_set_epoch(num_workers):
+    ds = ArrayDS(21)
+    seen = []
+    for rank in (0, 1):
+        ref_s = DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=True, seed=4)
+        our_s = DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=True, seed=4)
+        ref = TorchDataLoader(ds, batch_size=4, sampler=ref_s)
+        with DataLoader(ds, batch_size=4, sampler=our_s, num_workers=num_workers) as dl:
+            for epoch in range(3):
+                ref_s.set_epoch(epoch)
+                our_s.set_epoch(epoch)
+                got = list(dl)
+                same(got, list(ref))
+                if epoch == 1:
+                    seen.append(torch.cat(got)[:, 0])
+    assert set(torch.cat(seen).tolist()) == set(range(21))  # the two ranks cover the data
+
+
+def test_custom_collate_fn():
+    ref = list(TorchDataLoader(MixedDS(), batch_size=4, collate_fn=pad_collate))
+    with DataLoader(MixedDS(), batch_size=4, collate_fn=pad_collate) as dl:
+        same(list(dl), ref)
+    ident = list(TorchDataLoader(TensorPairDS(), batch_size=4, collate_fn=lambda s: s))
+    with DataLoader(TensorPairDS(), batch_size=4, collate_fn=lambda s: s) as dl:
+        got = list(dl)
+    same([[tuple(s) for s in b] for b in got], [[tuple(s) for s in b] for b in ident])
+
+
+def test_batch_size_none():
+    ref = list(TorchDataLoader(TensorPairDS(), batch_size=None))
+    with DataLoader(TensorPairDS(), batch_size=None) as dl:
+        assert len(dl) == len(ref)
+        same(list(dl), ref)
+
+
+@pytest.mark.timeout(60)
+def test_worker_init_and_worker_info():
+    torch.manual_seed(99)
+    with DataLoader(WorkerInfoDS(), batch_size=2, num_workers=2, worker_init_fn=record_init,
+                    multiprocessing_context="spawn") as dl:
+        rows = torch.cat(list(dl))
+    torch.manual_seed(99)
+    with DataLoader(WorkerInfoDS(), batch_size=2, num_workers=2,
+                    multiprocessing_context=torch.multiprocessing.get_context("forkserver")) as dl:
+        rows2 = torch.cat(list(dl))
+    torch.manual_seed(99)
+    base = int(torch.empty((), dtype=torch.int64).random_().item())  # what torch would draw
+    assert sorted(rows[:, 0].tolist()) == list(range(8))
+    for i, wid, nw, seed, initial, init in rows.tolist():
+        assert nw == 2 and seed == initial == base + wid and init == 100 + wid
+    assert set(rows[:, 4].tolist()) <= {base, base + 1}
+    assert set(rows2[:, 4].tolist()) <= {base, base + 1} and (rows2[:, 5] == -1).all()
+
+
+@pytest.mark.timeout(60)
+def test_errors_reraised_with_type():
+    with DataLoader(FailingDS(), batch_size=2, num_workers=2) as dl:
+        with pytest.raises(KeyError, match="bad sample 4"):
+            list(dl)
+    with DataLoader(FailingDS(), batch_size=2) as dl:
+        with pytest.raises(KeyError, match="bad sample 4"):
+            list(dl)
+
+
+@pytest.mark.timeout(60)
+def test_timeout_is_a_runtime_error_like_torch():
+    with DataLoader(SlowDS(), batch_size=2, num_workers=1, timeout=0.5) as dl:
+        it = iter(dl)
+        assert next(it).tolist() == [0.0, 1.0]
+        with pytest.raises(RuntimeError, match="DataLoader timed out after 0.5 seconds"):
+            next(it)
+
+
+@pytest.mark.timeout(60)
+def test_zero_copy_and_valid_after_close():
+    dl = DataLoader(ArrayDS(), batch_size=4, num_workers=2)
+    it = iter(dl)
+    t = next(it)
+    mm = dl._loader._engine.region.mm
+    view = np.frombuffer(mm, np.uint8)
+    lo, hi = view.ctypes.data, view.ctypes.data + view.nbytes
+    del view
+    assert lo <= t.data_ptr() < hi  # the tensor is a view of the shared slot
+    del it
+    dl.close()
+    assert t[:, 0].tolist() == [0, 1, 2, 3]  # and it still holds the slot after close
+    assert [b[0, 0].item() for b in dl][:2] == [0, 4]  # iter() after close: new workers
+    dl.close()
+
+
+def test_timeout_pin_memory_and_context():
+    if torch.accelerator.is_available():  # pragma: no cover - pins, as torch does
+        with DataLoader(ArrayDS(), batch_size=4, pin_memory=True, timeout=5) as dl:
+            assert all(t.is_pinned() for t in dl)
+    else:  # torch's warning, once per iterator
+        with pytest.warns(UserWarning, match="no accelerator is found") as rec:
+            with DataLoader(ArrayDS(), batch_size=4, pin_memory=True, timeout=5) as dl:
+                assert len(list(dl)) == 6
+        with pytest.warns(UserWarning) as ref_rec:
+            list(TorchDataLoader(ArrayDS(), batch_size=4, pin_memory=True))
+        assert [str(w.message) for w in rec] == [str(w.message) for w in ref_rec]
+    with DataLoader(ArrayDS(), batch_size=4, num_workers=1, timeout=0.5, persistent_workers=True,
+                    prefetch_factor=3, multiprocessing_context="fork") as dl:
+        assert dl._loader is None  # workers start at the first iter(), as torch's
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(3))
+
+    with pytest.raises(NotImplementedError):
+        DataLoader(Stream())
+
+
+ARG_CASES = [
+    (dict(num_workers=-1), "num_workers option should be non-negative"),
+    (dict(timeout=-1), "timeout option should be non-negative"),
+    (dict(prefetch_factor=2), "prefetch_factor option could only be specified in multiprocessing"),
+    (dict(num_workers=1, prefetch_factor=-1), "prefetch_factor option should be non-negative"),
+    (dict(persistent_workers=True), "persistent_workers option needs num_workers > 0"),
+    (dict(sampler=[0, 1], shuffle=True), "sampler option is mutually exclusive with shuffle"),
+    (dict(batch_sampler=[[0]], batch_size=2), "batch_sampler option is mutually exclusive"),
+    (dict(batch_sampler=[[0]], shuffle=True), "batch_sampler option is mutually exclusive"),
+    (dict(batch_sampler=[[0]], sampler=[0]), "batch_sampler option is mutually exclusive"),
+    (dict(batch_sampler=[[0]], drop_last=True), "batch_sampler option is mutually exclusive"),
+    (dict(batch_size=None, drop_last=True), "batch_size=None option disables auto-batching"),
+    (dict(multiprocessing_context="fork"), "multiprocessing_context can only be used with"),
+    (dict(num_workers=1, multiprocessing_context="nope"), "should specify a valid start method"),
+]
+
+
+@pytest.mark.parametrize("kw,msg", ARG_CASES)
+def test_argument_validation_matches_torch(kw, msg):
+    with pytest.raises(ValueError, match=msg) as ref:
+        TorchDataLoader(ArrayDS(), **kw)
+    with pytest.raises(ValueError, match=msg) as ours:
+        DataLoader(ArrayDS(), **kw)
+    assert str(ours.value) == str(ref.value)
+    with pytest.raises(TypeError, match="valid context object"):
+        DataLoader(ArrayDS(), num_workers=1, multiprocessing_context=3)
