@@ -156,14 +156,17 @@ def run_case_subprocess(
     *,
     timeout: float = 600.0,
     on_progress: Callable[[int, int], None] | None = None,
+    pss_interval: float = 0.02,
 ) -> dict[str, Any]:
-    """Run ``python SCRIPT --case JSON`` and return the case's result dict.
+    """Run ``python SCRIPT --case JSON`` and return the case's result dict (with ``pss``, the
+    peak PSS of the child's process tree, unless ``pss_interval`` is 0).
 
     The script must hand ``--case`` to :func:`fastload._bench.case_entry`, which prints
     progress and result lines; RuntimeError (with the child's stderr) when it fails.
     """
     return _bench.run_case_subprocess(
-        case, argv=[sys.executable, script, "--case"], timeout=timeout, on_progress=on_progress
+        case, argv=[sys.executable, script, "--case"], timeout=timeout, on_progress=on_progress,
+        pss_interval=pss_interval,
     )
 
 

@@ -179,7 +179,7 @@ class _Engine:
         if o is None:
             if self.shuffle:
                 rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, epoch])))
-                o = rng.permutation(self.n).astype(np.int64)
+                o = rng.permutation(self.n).astype(np.int64, copy=False)
             else:
                 o = np.arange(self.n, dtype=np.int64)
             valid = np.ones(len(o), np.bool_)
@@ -414,6 +414,11 @@ class _Engine:
                     self.stale.discard(s)  # abandoned, or re-queued, by a reclaim
                     self.free.append(s)
         cur = self.active_epoch if self.active_epoch is not None else self.next_epoch
+        if (self.batch_plan is None and self.shuffle and cur + 1 not in self._orders
+                and self.plan_epoch == cur and 2 * self.plan_batch >= self.nbatches):
+            # Shuffle the next epoch halfway through this one, while the queue is full: done at
+            # the last moment it stalled the workers for the permutation's time (ms for 1e6).
+            self.order(cur + 1)
         lay = self.layout
         assert lay is not None
         while len(self.inflight) < self.depth and self.free:
