@@ -1,4 +1,9 @@
+"""Type stubs for the compiled packer (fastload/_pack.pyx); checked by mypy.stubtest."""
+
+import sys
 from typing import Any
+
+from typing_extensions import Self, disjoint_base
 
 N_TUPLE: int
 N_LIST: int
@@ -7,9 +12,11 @@ N_NAMEDTUPLE: int
 N_ARRAY: int
 N_OBJECT: int
 
+@disjoint_base
 class Packer:
-    def __init__(
-        self,
+    # A cdef class takes its constructor arguments in __cinit__, i.e. in tp_new.
+    def __new__(
+        cls,
         region: Any,
         data_offset: int,
         slot_bytes: int,
@@ -17,14 +24,21 @@ class Packer:
         batch_size: int,
         tree: tuple[Any, ...],
         fields: list[tuple[int, int, Any, tuple[int, ...]]],
-    ) -> None: ...
+    ) -> Self: ...
     def close(self) -> None: ...
     def pack(self, slot: int, row: int, sample: Any, objects: list[Any]) -> None: ...
+    def pack_batch(self, slot: int, batch: Any, count: int) -> None: ...
+    def gather(self, slot: int, leaf: int, source: Any, indices: Any) -> None: ...
 
+@disjoint_base
 class SlotLease:
-    slot: int
-    def __init__(
-        self, region: Any, offset: int, length: int, slot: int, returner: Any = ...
-    ) -> None: ...
+    @property
+    def slot(self) -> int: ...  # ``cdef readonly``
+    def __new__(
+        cls, region: Any, offset: int, length: int, slot: int, returner: Any = ...
+    ) -> Self: ...
     def __len__(self) -> int: ...
-    def __buffer__(self, flags: int) -> memoryview: ...
+    # The buffer protocol (__getbuffer__/__releasebuffer__) shows up as methods from 3.12 on.
+    if sys.version_info >= (3, 12):
+        def __buffer__(self, flags: int, /) -> memoryview: ...
+        def __release_buffer__(self, buffer: memoryview, /) -> None: ...

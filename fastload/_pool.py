@@ -91,7 +91,7 @@ class WorkerPool:
                 f"{mp.get_all_start_methods()}"
             )
         self.start_method = method
-        self.ctx = mp.get_context(method)
+        self.ctx: Any = mp.get_context(method)  # typeshed: BaseContext lacks .Process
         self.num_workers = num_workers
         self.seed = seed
         self.worker_init = worker_init

@@ -1,4 +1,8 @@
+"""Type stubs for the compiled ring (fastload/_ring.pyx); checked by mypy.stubtest."""
+
 from typing import Any
+
+from typing_extensions import Self, disjoint_base
 
 FREE: int
 QUEUED: int
@@ -16,12 +20,18 @@ def strerror(rc: int) -> str: ...
 def control_nbytes(nslots: int) -> int: ...
 def state_bits(word: int) -> tuple[int, int, int]: ...
 
+@disjoint_base
 class RingIndex:
-    nslots: int
-    slot_bytes: int
-    data_offset: int
-    def __init__(
-        self,
+    # Read-only C attributes (``cdef readonly``).
+    @property
+    def nslots(self) -> int: ...
+    @property
+    def slot_bytes(self) -> int: ...
+    @property
+    def data_offset(self) -> int: ...
+    # A cdef class takes its constructor arguments in __cinit__, i.e. in tp_new.
+    def __new__(
+        cls,
         buffer: Any,
         *,
         _format: bool = ...,
@@ -29,7 +39,7 @@ class RingIndex:
         slot_bytes: int = ...,
         data_offset: int = ...,
         creator_pid: int = ...,
-    ) -> None: ...
+    ) -> Self: ...
     @classmethod
     def create(
         cls, buffer: Any, nslots: int, slot_bytes: int, data_offset: int, creator_pid: int

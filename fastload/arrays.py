@@ -8,14 +8,16 @@ reopened from their file, never pickled as data).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 __all__ = ["ArrayDataset"]
 
 
-def _reopen(filename: str, dtype: Any, shape: tuple[int, ...], offset: int, mode: str) -> Any:
+def _reopen(
+    filename: str, dtype: Any, shape: tuple[int, ...], offset: int, mode: Literal["r", "r+"]
+) -> Any:
     return np.memmap(filename, dtype=dtype, mode=mode, shape=shape, offset=offset)
 
 

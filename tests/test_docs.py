@@ -1,0 +1,129 @@
+"""The documentation runs: the Python blocks of docs/*.md and every script in examples/.
+
+Every ```python block in the checked documents is preceded by a marker line:
+
+    <!-- docs-test: run -->               executed; must exit 0
+    <!-- docs-test: requires torch -->    executed when that module is installed, else skipped
+    <!-- docs-test: skip (reason) -->     shown only (e.g. Chainer, which CI does not install)
+
+A block without a marker fails the test, so that no example goes unchecked by accident. Each
+block runs as a script of its own in a fresh interpreter (as a user would run it; with spawn or
+forkserver the workers re-import it), with the fastload this test session imports.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fastload
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+EXAMPLES = ROOT / "examples"
+CHECKED_DOCS = ["migrating.md", "api.md"]
+RUN_TIMEOUT_S = 120
+
+_FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+_MARKER = re.compile(r"<!--\s*docs-test:\s*(.*?)\s*-->")
+
+
+def _blocks() -> list[tuple[str, int, str, str]]:
+    """(document, line, marker, code) for every ```python block of the checked documents."""
+    out = []
+    for name in CHECKED_DOCS:
+        path = DOCS / name
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8")
+        for m in _FENCE.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            previous_line = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            mk = _MARKER.fullmatch(previous_line.strip())
+            out.append((name, line, mk.group(1) if mk else "", m.group(1)))
+    return out
+
+
+BLOCKS = _blocks()
+
+
+def _env() -> dict[str, str]:
+    """Make the child import the same fastload as this test session."""
+    env = dict(os.environ)
+    pkg_parent = str(Path(fastload.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _run_script(path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, str(path), *args],
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    print(proc.stdout)
+    print(proc.stderr, file=sys.stderr)
+    return proc
+
+
+def test_docs_have_python_blocks() -> None:
+    if not DOCS.is_dir():
+        pytest.skip("docs/ is not next to the tests")
+    assert any(name == "migrating.md" for name, *_ in BLOCKS)
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 30)
+@pytest.mark.parametrize(
+    "doc,line,marker,code", BLOCKS, ids=[f"{d}:{ln}" for d, ln, _, _ in BLOCKS]
+)
+def test_doc_block(doc: str, line: int, marker: str, code: str, tmp_path: Path) -> None:
+    where = f"docs/{doc} line {line}"
+    assert marker, f"{where}: a ```python block needs a <!-- docs-test: ... --> marker line"
+    if marker.startswith("skip"):
+        pytest.skip(f"{where}: {marker}")
+    req = re.fullmatch(r"requires (\w+)", marker)
+    if req is not None:
+        if importlib.util.find_spec(req.group(1)) is None:
+            pytest.skip(f"{where}: needs {req.group(1)}, which is not installed")
+    else:
+        assert marker == "run", f"{where}: unknown marker {marker!r}"
+    script = tmp_path / f"{Path(doc).stem}_{line}.py"
+    script.write_text(code, encoding="utf-8")
+    proc = _run_script(script, tmp_path)
+    assert proc.returncode == 0, f"{where} failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+def test_api_reference_covers_public_names() -> None:
+    api = DOCS / "api.md"
+    if not api.is_file():
+        pytest.skip("docs/ is not next to the tests")
+    text = api.read_text(encoding="utf-8")
+    missing = [n for n in fastload.__all__ if f"`{n}`" not in text and f"## {n}" not in text]
+    assert not missing, f"docs/api.md does not document {missing}"
+
+
+EXAMPLE_SCRIPTS = sorted(EXAMPLES.glob("*.py")) if EXAMPLES.is_dir() else []
+
+
+def test_examples_exist() -> None:
+    if not EXAMPLES.is_dir():
+        pytest.skip("examples/ is not next to the tests")
+    names = {p.name for p in EXAMPLE_SCRIPTS}
+    assert {"numpy_shards.py", "torch_training.py", "augmentation.py"} <= names
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 30)
+@pytest.mark.parametrize("script", EXAMPLE_SCRIPTS, ids=[p.name for p in EXAMPLE_SCRIPTS])
+def test_example_runs(script: Path, tmp_path: Path) -> None:
+    # torch_training.py must also exit 0 without PyTorch (it says it skips).
+    proc = _run_script(script, tmp_path)
+    assert proc.returncode == 0, f"examples/{script.name} failed:\n{proc.stdout}\n{proc.stderr}"
