@@ -41,6 +41,16 @@ N_ARRAY = 4
 N_OBJECT = 5
 
 
+cdef inline bint _needs_swap(adt, dt, str path) except -1:
+    """True if ``adt`` is ``dt`` in the other byte order (NumPy swaps while copying); raise
+    LayoutMismatchError if it is another type altogether."""
+    if adt is dt or adt == dt:
+        return False
+    if adt.hasobject or adt.newbyteorder("=") != dt:
+        raise LayoutMismatchError(f"{path}: expected dtype {dt} (as in the first sample), got {adt}")
+    return True
+
+
 def _describe(value):
     if isinstance(value, np.ndarray):
         return f"array(dtype={value.dtype}, shape={value.shape})"
@@ -205,37 +215,40 @@ cdef class Packer:
 
     cdef int _put_rows(self, Py_ssize_t leaf, value, char *slot_base, Py_ssize_t nrows,
                        str path) except -1:
-        cdef Py_ssize_t rb = self._row_bytes[leaf]
-        cdef char *dst = slot_base + <Py_ssize_t>self._offsets[leaf]
-        cdef Py_buffer src
-        cdef int rc
         dt = self._dtypes[leaf]
         value = _asarray(value)
-        adt = value.dtype
-        cdef bint slow = False
-        if adt is not dt and adt != dt:
-            if adt.hasobject or adt.newbyteorder("=") != dt:
-                raise LayoutMismatchError(
-                    f"{path}: expected dtype {dt} (as in the first sample), got {adt}")
-            slow = True
+        cdef bint slow = _needs_swap(value.dtype, dt, path)
         shape = (nrows,) + self._shapes[leaf]
         if value.shape != shape:
             raise LayoutMismatchError(
                 f"{path}: expected a stacked batch of shape {shape}, got {value.shape}")
+        return self._copy_in(value, slot_base + <Py_ssize_t>self._offsets[leaf],
+                             nrows * <Py_ssize_t>self._row_bytes[leaf], shape, dt, slow, path)
+
+    cdef int _copy_in(self, value, char *dst, Py_ssize_t nbytes, tuple shape, dt, bint slow,
+                      str path) except -1:
+        """Copy ``value`` (already checked against dtype and shape) to ``dst``: one bounds-checked
+        memcpy (GIL released when large) if C-contiguous and native, else NumPy's copy."""
+        cdef Py_buffer src
+        cdef int rc
         if not slow:
             try:
                 PyObject_GetBuffer(value, &src, PyBUF_SIMPLE)
             except (BufferError, ValueError):
-                slow = True
+                slow = True  # not C-contiguous (NumPy raises ValueError for that)
         if slow:
-            _copyto(_ndarray(shape, dt, buffer=self._region, offset=(dst - self._base)),
-                    value, casting="equiv")
+            _copyto(_ndarray(shape, dt, buffer=self._region, offset=(dst - self._base)), value,
+                    casting="equiv")
             return 0
         try:
-            if src.len != nrows * rb:
-                raise SampleTooLargeError(f"{path}: {src.len} bytes for {nrows} rows of {rb}")
-            with nogil:
-                rc = fl_pack_copy(dst, <size_t>(nrows * rb), 0, src.buf, <size_t>src.len)
+            if src.len != nbytes:
+                raise SampleTooLargeError(
+                    f"{path}: {src.len} bytes do not match the field's {nbytes} bytes")
+            if nbytes >= NOGIL_BYTES:
+                with nogil:
+                    rc = fl_pack_copy(dst, <size_t>nbytes, 0, src.buf, <size_t>src.len)
+            else:
+                rc = fl_pack_copy(dst, <size_t>nbytes, 0, src.buf, <size_t>src.len)
             if rc != FL_OK:
                 raise SampleTooLargeError(f"{path}: copy out of bounds")
         finally:
@@ -338,41 +351,12 @@ cdef class Packer:
                 shape = value.shape
         else:
             shape = value.shape
-        adt = value.dtype
-        cdef bint slow = False
-        if adt is not dt and adt != dt:
-            if adt.hasobject or adt.newbyteorder("=") != dt:
-                raise LayoutMismatchError(
-                    f"{path}: expected dtype {dt} (as in the first sample), got {adt}")
-            slow = True  # same type, other byte order: NumPy swaps while copying
+        cdef bint slow = _needs_swap(value.dtype, dt, path)
         if shape != self._shapes[leaf]:
             raise LayoutMismatchError(
                 f"{path}: expected shape {self._shapes[leaf]} (as in the first sample), got "
                 f"{shape}")
-        if not slow:
-            try:
-                PyObject_GetBuffer(value, &src, PyBUF_SIMPLE)
-            except (BufferError, ValueError):
-                slow = True  # not C-contiguous (NumPy raises ValueError for that)
-        if slow:
-            _copyto(_ndarray(shape, dt, buffer=self._region,
-                             offset=(dst - self._base)), value, casting="equiv")
-            return 0
-        try:
-            if src.len != rb:
-                raise SampleTooLargeError(
-                    f"{path}: {src.len} bytes do not match the field's {rb} bytes per row")
-            if rb >= NOGIL_BYTES:
-                with nogil:
-                    rc = fl_pack_copy(dst, <size_t>rb, 0, src.buf, <size_t>src.len)
-            else:
-                rc = fl_pack_copy(dst, <size_t>rb, 0, src.buf, <size_t>src.len)
-            if rc != FL_OK:
-                raise SampleTooLargeError(f"{path}: copy out of bounds")
-        finally:
-            PyBuffer_Release(&src)
-        return 0
-
+        return self._copy_in(value, dst, rb, shape, dt, slow, path)
 
 cdef class SlotLease:
     """Owner (``.base``) of the arrays of one zero-copy batch.

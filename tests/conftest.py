@@ -32,8 +32,9 @@ def _fds() -> dict[int, str]:
 
 
 def _shm() -> set[str]:
+    # torch_* segments belong to torch jobs that may share this machine, not to fastload.
     try:
-        return set(os.listdir("/dev/shm"))
+        return {n for n in os.listdir("/dev/shm") if not n.startswith("torch_")}
     except FileNotFoundError:  # pragma: no cover
         return set()
 
