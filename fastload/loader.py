@@ -403,16 +403,7 @@ class _Engine:
     def _refill(self) -> None:
         self._drain_freed()
         ring = self.ring
-        if self.stale:
-            for s in list(self.stale):
-                st = _ring.state_bits(ring.state(s))[0]
-                if st in (_ring.READY, _ring.FAILED):
-                    ring.release(s)
-                    self.stale.discard(s)
-                    self.free.append(s)
-                elif st == _ring.FREE or (st == _ring.QUEUED and ring.cancel(s)):
-                    self.stale.discard(s)  # abandoned, or re-queued, by a reclaim
-                    self.free.append(s)
+        self._reap_stale()
         cur = self.active_epoch if self.active_epoch is not None else self.next_epoch
         if (self.batch_plan is None and self.shuffle and cur + 1 not in self._orders
                 and self.plan_epoch == cur and 2 * self.plan_batch >= self.nbatches):
@@ -458,12 +449,11 @@ class _Engine:
         info = self.ring.slot_info(slot)
         st = info["state"]
         if st == _ring.CLAIMED:
-            idx = self.indices_of(slot)
-            row = min(info["progress"], len(idx) - 1)
+            index, row, count = self._loading(slot, info)
             return LoaderTimeoutError(
                 f"no batch within timeout={self.timeout}s: worker {info['owner']} (pid "
-                f"{info['pid']}) has been loading sample index {idx[row]} (row {row} of "
-                f"{len(idx)} in this batch) for too long"
+                f"{info['pid']}) has been loading sample index {index} (row {row} of "
+                f"{count} in this batch) for too long"
             )
         held = len(self.leased)
         return LoaderTimeoutError(
@@ -471,6 +461,12 @@ class _Engine:
             f"{_STATE_NAMES.get(st, st)} (no worker picked it up); {held} batches still "
             "referenced by the caller"
         )
+
+    def _loading(self, slot: int, info: dict[str, Any]) -> tuple[int | None, int, int]:
+        """(sample index, row, rows) a worker is loading in a CLAIMED slot, from its progress."""
+        idx = self.indices_of(slot)
+        row = min(info["progress"], max(len(idx) - 1, 0))
+        return (idx[row] if idx else None), row, len(idx)
 
     def indices_of(self, slot: int) -> list[int]:
         ring, lay = self.ring, self.layout
@@ -568,9 +564,7 @@ class _Engine:
                 for s in range(self.nslots):
                     info = self.ring.slot_info(s)
                     if info["state"] == _ring.CLAIMED and info["owner"] == i:
-                        idx = self.indices_of(s)
-                        row = min(info["progress"], max(len(idx) - 1, 0))
-                        lost.append(idx[row] if idx else None)
+                        lost.append(self._loading(s, info)[0])
                         held.append((i, s, info["epoch"]))
             elif i == 0 and self.probe_sent:
                 lost.append(self.probe_index)  # it died loading the first sample
@@ -608,8 +602,8 @@ class _Engine:
             self.counters["worker_restarts"] += 1
             if self.ring is not None:
                 self._attach(i)
-        if self.ring is not None and self.stale:
-            self._refill_stale_only()
+        if self.ring is not None:
+            self._reap_stale()
         report = "; ".join(reports)
         if startup_failure is not None and not fatal:
             raise WorkerDied(startup_failure)
@@ -626,11 +620,17 @@ class _Engine:
             "(pass on_worker_death='restart' to recompute the lost batch instead)."
         )
 
-    def _refill_stale_only(self) -> None:
+    def _reap_stale(self) -> None:
+        """Free the slots of abandoned tasks that no worker holds any more."""
+        ring = self.ring
         for s in list(self.stale):
-            if self.ring.cancel(s):
-                self.stale.discard(s)
-                self.free.append(s)
+            st = _ring.state_bits(ring.state(s))[0]
+            if st in (_ring.READY, _ring.FAILED):
+                ring.release(s)
+            elif not (st == _ring.FREE or (st == _ring.QUEUED and ring.cancel(s))):
+                continue  # still being loaded (FREE/QUEUED: abandoned or re-queued by a reclaim)
+            self.stale.discard(s)
+            self.free.append(s)
 
     def _drain_conn(self, i: int) -> None:
         pool = self.pool
