@@ -110,8 +110,12 @@ class _Engine:
         shard: tuple[int, int] = (0, 1),
         return_mask: bool = False,
         batch_plan: Any = None,
+        stall: tuple[float, Any] | None = None,
     ) -> None:
         self.pid = os.getpid()
+        # (seconds, callback): callback(info) once per batch that takes longer than seconds;
+        # the wait goes on (Chainer's dataset_timeout warning; fastload.compat.chainer).
+        self.stall = stall
         # NOTE [batch plans]: front ends with their own samplers (fastload.compat) pass
         # batch_plan(epoch) -> list of index sequences; it is called once per epoch, in epoch
         # order (the queue runs at most one epoch ahead), and batch_size is then the largest
@@ -434,32 +438,42 @@ class _Engine:
             self.plan_batch += 1
 
     def _wait_slot(self, slot: int) -> int:
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        start = time.monotonic()
+        deadline = None if self.timeout is None else start + self.timeout
+        stall_at = None if self.stall is None else start + self.stall[0]
         ring = self.ring
         while True:
             left = _POLL_INTERVAL_S if deadline is None else min(_POLL_INTERVAL_S, deadline - time.monotonic())
+            if stall_at is not None:
+                left = min(left, stall_at - time.monotonic())
             word = ring.wait(slot, max(left, 0.0))
             if word >= 0:
                 return word
             self._check_workers()
-            if deadline is not None and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 raise self._timeout_error(slot)
+            if stall_at is not None and now >= stall_at:
+                stall_at = None
+                assert self.stall is not None
+                self.stall[1](self._why_late(slot))
 
     def _timeout_error(self, slot: int) -> LoaderTimeoutError:
+        return LoaderTimeoutError(f"no batch within timeout={self.timeout}s: {self._why_late(slot)}")
+
+    def _why_late(self, slot: int) -> str:
+        """What the batch in ``slot`` is waiting for: which worker loads which sample, or none."""
         info = self.ring.slot_info(slot)
         st = info["state"]
         if st == _ring.CLAIMED:
             index, row, count = self._loading(slot, info)
-            return LoaderTimeoutError(
-                f"no batch within timeout={self.timeout}s: worker {info['owner']} (pid "
-                f"{info['pid']}) has been loading sample index {index} (row {row} of "
-                f"{count} in this batch) for too long"
+            return (
+                f"worker {info['owner']} (pid {info['pid']}) has been loading sample index "
+                f"{index} (row {row} of {count} in this batch) for too long"
             )
-        held = len(self.leased)
-        return LoaderTimeoutError(
-            f"no batch within timeout={self.timeout}s: the batch was still "
-            f"{_STATE_NAMES.get(st, st)} (no worker picked it up); {held} batches still "
-            "referenced by the caller"
+        return (
+            f"the batch was still {_STATE_NAMES.get(st, st)} (no worker picked it up); "
+            f"{len(self.leased)} batches still referenced by the caller"
         )
 
     def _loading(self, slot: int, info: dict[str, Any]) -> tuple[int | None, int, int]:
@@ -885,6 +899,7 @@ class Loader:
         shard: tuple[int, int] | str | None = None,
         return_mask: bool = False,
         _batch_plan: Any = None,
+        _stall: tuple[float, Any] | None = None,
     ) -> None:
         self._engine: _Engine | None = None
         rank_world = _resolve_shard(shard)
@@ -941,7 +956,7 @@ class Loader:
         self._engine = _Engine(
             dataset, n, batch_size, shuffle, int(seed), drop_last, num_workers, prefetch,
             start_method, worker_init, timeout, max_held, copy, on_worker_death, rank_world,
-            return_mask, _batch_plan,
+            return_mask, _batch_plan, _stall,
         )
         from multiprocessing.util import Finalize
 
