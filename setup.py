@@ -42,7 +42,7 @@ if sanitize:
     compile_args += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
     link_args += ["-fsanitize=address,undefined"]
 
-C_SOURCES = ["csrc/fl_ring.c", "csrc/fl_wait.c", "csrc/fl_pack.c", "csrc/fl_status.c"]
+C_SOURCES = ["csrc/fl_ring.c", "csrc/fl_bell.c", "csrc/fl_wait.c", "csrc/fl_pack.c", "csrc/fl_status.c"]
 
 
 def ext(name: str) -> Extension:

@@ -5,6 +5,7 @@ Importing fastload does no work: no shared memory, no processes, no atexit hooks
 
 from __future__ import annotations
 
+from ._pool import Pool
 from ._version import __version__
 from ._worker import WorkerInfo, get_worker_info, sample_rng
 from .arrays import ArrayDataset
@@ -23,6 +24,7 @@ from .loader import Loader, backend
 
 __all__ = [
     "Loader",
+    "Pool",
     "ArrayDataset",
     "BatchLayout",
     "Field",

@@ -88,3 +88,13 @@ cdef extern from "fl_pack.h" nogil:
 
 cdef extern from "fl_wait.h" nogil:
     int64_t fl_now_ns()
+
+cdef extern from "fl_bell.h" nogil:
+    size_t fl_bell_nbytes()
+    int fl_bell_init(void *mem, size_t nbytes)
+    int fl_bell_attach(void *mem, size_t nbytes)
+    uint32_t fl_bell_value(const void *mem)
+    int fl_bell_ring(void *mem, int wake_all)
+    int fl_bell_wait(void *mem, uint32_t seen, int64_t timeout_ns)
+    int fl_bell_stop(void *mem)
+    int fl_bell_stats(const void *mem, uint64_t *rings, uint64_t *wakes, uint64_t *waits)

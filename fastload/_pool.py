@@ -18,13 +18,15 @@ import pickle
 import signal
 import sys
 import threading
+import weakref
+from collections import deque
 from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import send_handle
 from typing import Any
 
 from ._worker import worker_main
 
-__all__ = ["WorkerPool", "exit_code_name", "default_start_method"]
+__all__ = ["Pool", "WorkerPool", "exit_code_name", "default_start_method"]
 
 #: The parent's longest uninterrupted wait: between two waits it checks worker sentinels,
 #: the user's timeout and pending signals (Ctrl+C is handled within this bound).
@@ -35,6 +37,8 @@ _JOIN_TIMEOUT_S = 2.0
 _REAP_TIMEOUT_S = 1.0
 #: After terminate() (SIGTERM), how long before kill() (SIGKILL).
 _TERM_TIMEOUT_S = 1.0
+
+_PAGE = 4096
 
 _THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -74,15 +78,28 @@ def default_start_method() -> str:
 
 
 class WorkerPool:
-    """``num_workers`` persistent processes serving one dataset."""
+    """``num_workers`` persistent processes serving the datasets of one or more loaders.
+
+    NOTE [one pool, many loaders]
+    Each loader registered here is a *client* with an id (cid). Its dataset reaches every worker
+    once (a ``("dataset", cid, ...)`` message; a private pool started with fork hands its first
+    client's dataset over by inheritance instead, unpickled), then its shared region
+    (``("attach", cid, ...)`` + the fd). A worker claims tasks from every ring it is attached to,
+    and when all are empty it sleeps on the pool's bell (csrc/fl_bell.h), which every client
+    rings after queueing. Every message a worker sends names its client; the pool routes it to
+    that client's inbox, so two loaders can read one worker's pipe in any order. A dead worker
+    is seen by whichever client checks first: every client is told (``workers_died``) before
+    the restart, so it reclaims its slots while no other process has that worker id, and again
+    after (``workers_restarted``), so it re-attaches.
+    """
 
     def __init__(
         self,
-        dataset: Any,
         num_workers: int,
         start_method: str | None,
         worker_init: Any,
         seed: int,
+        first: tuple[int, Any] | None = None,
     ) -> None:
         method = start_method or default_start_method()
         if method not in mp.get_all_start_methods():
@@ -95,19 +112,135 @@ class WorkerPool:
         self.num_workers = num_workers
         self.seed = seed
         self.worker_init = worker_init
-        if method == "fork":
-            self._payload, self._pickled = dataset, False
+        self.pid = os.getpid()
+        self.lock = threading.RLock()
+        self.clients: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self.payloads: dict[int, bytes] = {}  # cid -> pickled dataset, kept for restarts
+        self.inbox: dict[int, deque[tuple[int, tuple[Any, ...]]]] = {}
+        self.init_errors: deque[tuple[int, bytes]] = deque()
+        self.incarnation = [0] * num_workers
+        # The first client of a private pool: inherited under fork, pickled once otherwise.
+        self._first_cid = -1 if first is None else first[0]
+        if first is None:
+            self._first: Any = None
+            self._first_pickled = True
+        elif method == "fork":
+            self._first, self._first_pickled = first[1], False
         else:
-            self._payload, self._pickled = _pickle_for_workers(dataset, worker_init, method), True
+            self._first = _pickle_for_workers(first[1], worker_init, method)
+            self._first_pickled = True
+        if first is None and worker_init is not None and method != "fork":
+            _pickle_for_workers(None, worker_init, method)  # names worker_init if it cannot
+        if first is not None:
+            self.inbox[first[0]] = deque()
         # PDEATHSIG fires when the *thread* that forked exits: only arm it from the main thread.
         self._pdeathsig = threading.current_thread() is threading.main_thread()
+        from . import _ring
+        from ._region import SharedRegion
+
+        self.bell_region = SharedRegion(_PAGE)
+        self.bell = _ring.Bell(self.bell_region.mm, create=True)
         self.procs: list[Any] = [None] * num_workers
         self.conns: list[Connection | None] = [None] * num_workers
         self.restarts = 0
         self.closed = False
-        for i in range(num_workers):
-            self.start_worker(i)
+        try:
+            for i in range(num_workers):
+                self.start_worker(i)
+        except BaseException:
+            self.close()
+            raise
 
+    # -- clients -----------------------------------------------------------------------------
+    def register(self, cid: int, client: Any, dataset: Any) -> None:
+        """Send ``dataset`` to every worker, once; ``client`` gets the death callbacks."""
+        with self.lock:
+            self.clients[cid] = client
+            self.inbox.setdefault(cid, deque())
+            if cid == self._first_cid:
+                return
+            try:
+                payload = pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as e:
+                raise TypeError(
+                    f"fastload: the dataset {type(dataset).__qualname__} cannot be pickled "
+                    f"({type(e).__name__}: {e}). A Loader on a shared fastload.Pool sends its "
+                    "dataset to the running workers, so it must pickle: keep unpicklable members "
+                    "(open files, locks, lambdas) out of it or create them lazily in "
+                    "__getitem__, or give the Loader its own workers (no pool=)"
+                ) from e
+            self.payloads[cid] = payload
+            for i in range(self.num_workers):
+                self._send_dataset(i, cid)
+
+    def _send_dataset(self, i: int, cid: int) -> None:
+        try:
+            self.send(i, ("dataset", cid, self.payloads[cid]))
+        except (OSError, EOFError, AssertionError):
+            pass  # dead: the restart sends it again
+
+    def unregister(self, cid: int) -> None:
+        """The client is gone: workers drop its dataset and unmap its region."""
+        with self.lock:
+            self.clients.pop(cid, None)
+            self.payloads.pop(cid, None)
+            self.inbox.pop(cid, None)
+            if self.closed:
+                return
+            for i in range(self.num_workers):
+                try:
+                    self.send(i, ("detach", cid))
+                except (OSError, EOFError, AssertionError):
+                    pass
+
+    # -- messages ----------------------------------------------------------------------------
+    def _route(self, i: int, msg: tuple[Any, ...]) -> None:
+        if msg[0] == "init_error":
+            self.init_errors.append((i, msg[1]))
+            for box in self.inbox.values():
+                box.append((i, msg))
+            return
+        mine = self.inbox.get(msg[1])
+        if mine is not None:  # else: a client that is gone
+            mine.append((i, msg))
+
+    def pump(self, i: int, timeout: float) -> None:
+        """Read what worker i has sent, waiting up to ``timeout`` for the first message."""
+        with self.lock:
+            conn = self.conns[i]
+            if conn is None:
+                return
+            try:
+                if not conn.poll(timeout):
+                    return
+                while True:
+                    self._route(i, conn.recv())
+                    if not conn.poll(0):
+                        return
+            except (EOFError, OSError):
+                return  # it died: check() says how
+
+    def take(self, cid: int) -> list[tuple[int, tuple[Any, ...]]]:
+        """Every message routed to client ``cid`` so far."""
+        with self.lock:
+            box = self.inbox.get(cid)
+            if not box:
+                return []
+            out = list(box)
+            box.clear()
+            return out
+
+    def send(self, i: int, msg: tuple[Any, ...]) -> None:
+        conn = self.conns[i]
+        assert conn is not None
+        conn.send(msg)
+
+    def send_fd(self, i: int, fd: int) -> None:
+        conn, p = self.conns[i], self.procs[i]
+        assert conn is not None and p is not None
+        send_handle(conn, fd, p.pid)
+
+    # -- workers -----------------------------------------------------------------------------
     def start_worker(self, i: int) -> None:
         parent_conn, child_conn = self.ctx.Pipe(duplex=True)
         p = self.ctx.Process(
@@ -116,8 +249,9 @@ class WorkerPool:
                 i,
                 self.num_workers,
                 child_conn,
-                self._payload,
-                self._pickled,
+                self._first_cid,
+                self._first,
+                self._first_pickled,
                 self.worker_init,
                 self.seed,
                 0 if self.start_method == "forkserver" else os.getpid(),
@@ -144,16 +278,13 @@ class WorkerPool:
         child_conn.close()
         self.procs[i] = p
         self.conns[i] = parent_conn
-
-    def send(self, i: int, msg: tuple[Any, ...]) -> None:
-        conn = self.conns[i]
-        assert conn is not None
-        conn.send(msg)
-
-    def send_fd(self, i: int, fd: int) -> None:
-        conn, p = self.conns[i], self.procs[i]
-        assert conn is not None and p is not None
-        send_handle(conn, fd, p.pid)
+        try:
+            self.send(i, ("bell", self.bell_region.nbytes))
+            self.send_fd(i, self.bell_region.fd)
+            for cid in self.payloads:
+                self._send_dataset(i, cid)
+        except (OSError, EOFError):
+            pass  # died at once: check() sees it
 
     def sentinels(self) -> dict[int, int]:
         return {p.sentinel: i for i, p in enumerate(self.procs) if p is not None}
@@ -174,7 +305,27 @@ class WorkerPool:
             dead.append(i)
         return dead
 
-    def pid(self, i: int) -> int | None:
+    def check(self) -> None:
+        """Restart dead workers; tell every client before (reclaim) and after (re-attach)."""
+        with self.lock:
+            if self.closed:
+                return
+            dead = self.dead_workers(0)
+            if not dead:
+                return
+            deaths = []
+            for i in dead:
+                self.pump(i, 0)  # what it sent before dying (errors, spills) reaches its client
+                deaths.append((i, self.pid_of(i), self.exitcode(i)))
+            clients = list(self.clients.values())
+            for c in clients:
+                c.workers_died(deaths)
+            for i in dead:
+                self.restart(i)
+            for c in clients:
+                c.workers_restarted(dead)
+
+    def pid_of(self, i: int) -> int | None:
         p = self.procs[i]
         return None if p is None else p.pid
 
@@ -199,34 +350,44 @@ class WorkerPool:
     def restart(self, i: int) -> None:
         self.discard(i)
         self.restarts += 1
+        self.incarnation[i] += 1
         self.start_worker(i)
 
     def close(self) -> None:
-        """Steps 1-3 of NOTE [shutdown] (the caller sets the stop flag first). Idempotent."""
-        if self.closed:
-            return
-        self.closed = True
-        for conn in self.conns:
-            if conn is not None:
-                try:
-                    conn.send(("stop",))
-                except (OSError, ValueError):
-                    pass
-        procs = [p for p in self.procs if p is not None]
-        # Read (and drop) what workers are still sending: a worker blocked writing a large
-        # message to a full pipe would otherwise never see the stop flag.
-        conns = [c for c in self.conns if c is not None]
-        _join_all(procs, _JOIN_TIMEOUT_S, conns)
-        for p in procs:
-            if p.exitcode is None:
-                p.terminate()
-        _join_all(procs, _TERM_TIMEOUT_S)
-        for p in procs:
-            if p.exitcode is None:
-                p.kill()
-        _join_all(procs, None)
-        for i in range(self.num_workers):
-            self.discard(i)
+        """Steps 1-3 of NOTE [shutdown] (clients stop their rings first). Idempotent."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                self.bell.stop()  # sleeping workers wake and exit
+            except ValueError:
+                pass
+            for conn in self.conns:
+                if conn is not None:
+                    try:
+                        conn.send(("stop",))
+                    except (OSError, ValueError):
+                        pass
+            procs = [p for p in self.procs if p is not None]
+            # Read (and drop) what workers are still sending: a worker blocked writing a large
+            # message to a full pipe would otherwise never see the stop flag.
+            conns = [c for c in self.conns if c is not None]
+            _join_all(procs, _JOIN_TIMEOUT_S, conns)
+            for p in procs:
+                if p.exitcode is None:
+                    p.terminate()
+            _join_all(procs, _TERM_TIMEOUT_S)
+            for p in procs:
+                if p.exitcode is None:
+                    p.kill()
+            _join_all(procs, None)
+            for i in range(self.num_workers):
+                self.discard(i)
+            self.bell.close()
+            self.bell_region.close()
+            self.inbox.clear()
+            self.payloads.clear()
 
 
 def _block_sigint() -> Any:
@@ -288,3 +449,131 @@ def _pickle_for_workers(dataset: Any, worker_init: Any, method: str) -> bytes:
             "lambdas) out of the dataset or create them lazily in __getitem__/worker_init, or use "
             "start_method='fork'"
         ) from e
+
+
+class Pool:
+    """Worker processes shared by several loaders: ``Loader(dataset, ..., pool=pool)``.
+
+    Train and validation loaders (or a loader re-created every epoch) share the same processes:
+    each loader's dataset is sent to every worker once, when the loader is created, and its first
+    batch costs no process start. Two loaders on one pool can be iterated at the same time,
+    interleaved; their batches never mix. Closing a loader leaves the pool running (its workers
+    drop that loader's dataset and shared memory); closing the pool closes the loaders still on
+    it and ends the workers. Worker deaths are handled as for a loader's own workers (each loader
+    applies its ``on_worker_death``; the pool restarts the process).
+
+    Parameters
+    ----------
+    num_workers : int, optional
+        Worker processes; None means ``os.cpu_count()``.
+    start_method : {"fork", "forkserver", "spawn"}, optional
+        As for :class:`fastload.Loader`. Datasets always reach a shared pool's workers pickled
+        (they exist before the datasets do), whatever the start method.
+    worker_init : callable, optional
+        Called once in each worker as ``worker_init(worker_id)`` when it starts.
+    seed : int, optional
+        Seeds each worker's global ``random`` and ``numpy.random`` state (per worker id); random
+        if None. Shuffling and :func:`fastload.sample_rng` follow each loader's own seed.
+
+    Examples
+    --------
+    >>> import numpy as np, fastload
+    >>> with fastload.Pool(2) as pool:
+    ...     train = fastload.Loader(np.arange(8.0), 4, shuffle=True, seed=0, pool=pool)
+    ...     val = fastload.Loader(np.arange(4.0), 2, pool=pool)
+    ...     [len(b) for b in train], [b.tolist() for b in val]
+    ([4, 4], [[0.0, 1.0], [2.0, 3.0]])
+    """
+
+    def __init__(
+        self,
+        num_workers: int | None = None,
+        start_method: str | None = None,
+        worker_init: Any = None,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        from multiprocessing.util import Finalize
+
+        from . import _ring
+
+        self._workers: WorkerPool | None = None
+        if num_workers is None:
+            num_workers = os.cpu_count() or 1
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
+        if num_workers > _ring.MAX_WORKERS:
+            raise ValueError(f"num_workers must be <= {_ring.MAX_WORKERS}, got {num_workers}")
+        if start_method not in (None, "fork", "forkserver", "spawn"):
+            raise ValueError(
+                f"start_method must be None, 'fork', 'forkserver' or 'spawn', got {start_method!r}"
+            )
+        if worker_init is not None and not callable(worker_init):
+            raise TypeError(f"worker_init must be callable, got {type(worker_init).__name__}")
+        if seed is None:
+            import numpy as np
+
+            seed = int(np.random.SeedSequence().entropy % (2**63))  # type: ignore[operator]
+        elif isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
+        self.seed = seed
+        self._workers = WorkerPool(num_workers, start_method, worker_init, seed)
+        # Loaders' finalizers (exitpriority 10) run before this one at interpreter exit.
+        self._finalizer = Finalize(self, Pool._shutdown, args=(self._workers,), exitpriority=5)
+
+    @staticmethod
+    def _shutdown(workers: WorkerPool) -> None:
+        if os.getpid() != workers.pid:
+            return
+        for client in list(workers.clients.values()):
+            client.close(reason="its fastload.Pool was closed")
+        workers.close()
+
+    @property
+    def num_workers(self) -> int:
+        assert self._workers is not None
+        return self._workers.num_workers
+
+    @property
+    def start_method(self) -> str:
+        assert self._workers is not None
+        return self._workers.start_method
+
+    @property
+    def closed(self) -> bool:
+        return self._workers is None or self._workers.closed
+
+    def check_usable(self) -> WorkerPool:
+        """The worker pool, or a clear error if this pool cannot serve a new loader."""
+        w = self._workers
+        if w is None or w.closed:
+            from .errors import LoaderClosedError
+
+            raise LoaderClosedError("this fastload.Pool is closed; create a new one")
+        if os.getpid() != w.pid:
+            raise RuntimeError(
+                "a fastload.Pool can only be used in the process that created it "
+                f"(created in pid {w.pid}, used in pid {os.getpid()})"
+            )
+        return w
+
+    def close(self) -> None:
+        """Close the loaders still on this pool, then end the workers. Idempotent."""
+        if self._workers is not None:
+            self._finalizer()
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        w = self._workers
+        if w is None:
+            return "<fastload.Pool (not constructed)>"
+        state = "closed" if w.closed else f"open, {len(w.clients)} loaders"
+        return (
+            f"<fastload.Pool num_workers={w.num_workers} start_method={w.start_method!r} "
+            f"{state}>"
+        )

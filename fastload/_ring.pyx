@@ -268,3 +268,82 @@ cdef class RingIndex:
             "released": h.n_released, "reclaimed": h.n_reclaimed, "cancelled": h.n_cancelled,
             "futex_waits": h.n_futex_waits, "futex_wakes": h.n_futex_wakes,
         }
+
+
+BELL_NBYTES = fl_bell_nbytes()
+
+
+cdef class Bell:
+    """The doorbell of a fastload.Pool (csrc/fl_bell.h) over a writable buffer.
+
+    Workers read :meth:`value`, look for work in every ring, and :meth:`wait` if they found
+    none; loaders :meth:`ring` after queueing. ``Bell(buffer, create=True)`` formats it.
+    """
+    cdef Py_buffer _view
+    cdef bint _has_view
+    cdef void *_mem
+
+    def __cinit__(self, buffer, *, bint create=False):
+        PyObject_GetBuffer(buffer, &self._view, PyBUF_WRITABLE | PyBUF_SIMPLE)
+        self._has_view = True
+        self._mem = self._view.buf
+        cdef size_t n = <size_t>self._view.len
+        if create:
+            _check(fl_bell_init(self._mem, n), "formatting the pool's bell")
+        _check(fl_bell_attach(self._mem, n), "attaching to the pool's bell")
+
+    def __dealloc__(self):
+        if self._has_view:
+            PyBuffer_Release(&self._view)
+            self._has_view = False
+
+    def close(self):
+        """Drop the buffer export (idempotent). Every other method then raises ValueError."""
+        if self._has_view:
+            self._mem = NULL
+            PyBuffer_Release(&self._view)
+            self._has_view = False
+
+    @property
+    def closed(self):
+        return not self._has_view
+
+    cdef inline void *_m(self) except NULL:
+        if self._mem == NULL:
+            raise ValueError("the bell is closed")
+        return self._mem
+
+    def value(self):
+        """The counter; read it before looking for work."""
+        return fl_bell_value(self._m())
+
+    def ring(self, bint wake_all=False):
+        """Bump the counter and wake one sleeping worker (all with ``wake_all``)."""
+        _check(fl_bell_ring(self._m(), wake_all), "ringing the pool's bell")
+
+    def wait(self, uint32_t seen, double timeout):
+        """Sleep (GIL released) while the counter is ``seen``, at most ``timeout`` seconds.
+
+        True: rung (or a spurious wake-up); False: timed out; None: the pool is stopping.
+        """
+        cdef void *m = self._m()
+        cdef int64_t ns = _to_ns(timeout)
+        cdef int rc
+        with nogil:
+            rc = fl_bell_wait(m, seen, ns)
+        if rc == FL_OK:
+            return True
+        if rc == FL_ETIMEOUT:
+            return False
+        if rc == FL_ESTOPPED:
+            return None
+        _check(rc, "waiting on the pool's bell")
+
+    def stop(self):
+        """Set the stop flag and wake every sleeper."""
+        _check(fl_bell_stop(self._m()), "stopping the pool's bell")
+
+    def stats(self):
+        cdef uint64_t rings = 0, wakes = 0, waits = 0
+        _check(fl_bell_stats(self._m(), &rings, &wakes, &waits), "reading the bell's counters")
+        return {"rings": rings, "wakes": wakes, "waits": waits}

@@ -1,13 +1,21 @@
 """The worker process: entry point, hygiene, and the fill loop.
 
 NOTE [worker protocol]
-Each worker has one duplex pipe (a socketpair) to the parent. Parent -> worker messages:
-``("probe", index)``: load one sample and reply ``("layout", BatchLayout)`` (or an error);
-``("attach", layout, nbytes)`` followed by the region's fd (SCM_RIGHTS): map it and start filling;
-``("stop",)``: exit 0. Worker -> parent: ``("layout", ...)``, ``("error", slot, state, payload)``
-for a batch that raised (sent *after* the slot is marked FAILED, so a large message can never
-block a worker that the parent is not yet reading), ``("spill", slot, state, payload)`` for object
-leaves that did not fit the slot's variable area, ``("init_error", payload)``.
+Each worker has one duplex pipe (a socketpair) to the parent. A worker serves one or more
+*clients* (loaders; NOTE [one pool, many loaders] in _pool.py), each named by an id (cid).
+Parent -> worker messages:
+``("bell", nbytes)`` + the pool's bell fd (SCM_RIGHTS): map it (sent first, once);
+``("dataset", cid, pickled_dataset)``: a new client;
+``("probe", cid, index, batch_size)``: load one sample and reply ``("layout", cid, BatchLayout)``
+(or ``("probe_error", cid, payload)``);
+``("attach", cid, layout, nbytes)`` + the client's region fd: map it and start filling its ring;
+``("detach", cid)``: drop the client's dataset and unmap its region;
+``("stop",)``: exit 0.
+Worker -> parent: ``("layout", cid, ...)``, ``("error", cid, slot, state, payload)`` for a batch
+that raised (sent *after* the slot is marked FAILED, so a large message can never block a worker
+that the parent is not yet reading), ``("spill", cid, slot, state, payload)`` for object leaves
+that did not fit the slot's variable area, ``("dataset_error", cid, payload)`` when a dataset
+cannot be unpickled here, ``("init_error", payload)`` when worker_init fails.
 Batch data never travels through the pipe: workers write straight into slots.
 """
 
@@ -154,7 +162,8 @@ def worker_main(
     worker_id: int,
     num_workers: int,
     conn: Connection,
-    dataset_payload: Any,
+    first_cid: int,
+    first_payload: Any,
     pickled: bool,
     worker_init: Any,
     seed: int,
@@ -175,18 +184,22 @@ def worker_main(
     if parent_pid and ppid != parent_pid:
         os._exit(0)  # the parent died before PDEATHSIG was armed
     _start_watchdog(ppid)
+    worker = _Worker(worker_id, num_workers, conn, seed)
     try:
-        dataset = pickle.loads(dataset_payload) if pickled else dataset_payload
+        if first_cid >= 0:
+            worker.add_client(first_cid, pickle.loads(first_payload) if pickled else first_payload)
         _seed_worker(seed, worker_id)
         global _worker_info
-        _worker_info = WorkerInfo(worker_id, num_workers, seed, dataset)
+        _worker_info = WorkerInfo(
+            worker_id, num_workers, seed, worker.clients[first_cid].dataset if first_cid >= 0 else None
+        )
         if worker_init is not None:
             worker_init(worker_id)
     except BaseException as e:
         conn.send(("init_error", pack_exception(e, None, worker_id)))
         _drain_and_close(conn)
         os._exit(1)
-    _Filler(worker_id, conn, dataset, seed).run()
+    worker.run()
     os._exit(0)
 
 
@@ -231,14 +244,14 @@ def _seed_worker(seed: int, worker_id: int) -> None:
     np.random.seed(state[2:4])
 
 
-class _Filler:
-    """The fill loop: claim a slot, load its samples, pack them, publish. One per worker."""
+class _Client:
+    """What a worker holds for one loader: its dataset, and once attached its ring."""
 
-    def __init__(self, worker_id: int, conn: Connection, dataset: Any, seed: int) -> None:
-        self.worker_id = worker_id
-        self.seed = seed
-        self.conn = conn
+    def __init__(self, worker: _Worker, cid: int, dataset: Any) -> None:
+        self.worker = worker
+        self.cid = cid
         self.dataset = dataset
+        self.info = WorkerInfo(worker.worker_id, worker.num_workers, worker.seed, dataset)
         self.pid = os.getpid()
         self.ring: Any = None
         self.packer: Any = None
@@ -249,60 +262,58 @@ class _Filler:
         # fastload.ArrayDataset: rows are gathered in C, no Python call per sample.
         self.columns: list[Any] | None = columns() if callable(columns) else None
 
-    def run(self) -> None:
-        while True:
-            if self.ring is None:
-                if not self._handle(self.conn.recv()):
-                    return
-                continue
-            slot, state = self.ring.claim(self.worker_id, _CLAIM_TIMEOUT_S)
-            if slot >= 0:
-                self._fill(slot, state)
-            elif slot == -2 or (self.conn.poll() and not self._handle(self.conn.recv())):
-                return
+    def attach(self, layout: Any, nbytes: int, fd: int) -> None:
+        from ._pack import Packer
+        from ._region import SharedRegion
+        from ._ring import RingIndex
 
-    def _handle(self, msg: tuple[Any, ...]) -> bool:
-        kind = msg[0]
-        if kind == "stop":
-            return False
-        if kind == "probe":
-            index = msg[1]
+        self.layout = layout
+        self.region = SharedRegion.attach(fd, nbytes)
+        self.ring = RingIndex(self.region.mm)
+        self.packer = Packer(
+            self.region.mm,
+            self.ring.data_offset,
+            self.ring.slot_bytes,
+            self.ring.nslots,
+            layout.batch_size,
+            layout.tree,
+            layout.packer_fields,
+        )
+
+    def detach(self) -> None:
+        if self.packer is not None:
+            self.packer.close()
+        if self.ring is not None:
+            self.ring.close()
+        if self.region is not None:
+            self.region.close()
+        self.ring = self.packer = self.region = None
+        self.dataset = self.getitems = self.columns = None
+
+    def probe(self, index: int, batch_size: int) -> None:
+        conn, seed = self.worker.conn, self.worker.seed
+        global _worker_info
+        _worker_info = self.info
+        # Tells the loader that a death from now on is this sample's doing (a shared pool's
+        # worker may die on another loader's batch before it reads the probe).
+        conn.send(("probe_start", self.cid))
+        try:
+            from .layout import BatchLayout
+
+            _sample_ctx[0], _sample_ctx[1], _sample_ctx[2] = seed, 0, index
             try:
-                from .layout import BatchLayout
+                layout = BatchLayout(self.dataset[index], batch_size)
+            finally:
+                _sample_ctx[2] = -1
+            conn.send(("layout", self.cid, layout))
+        except BaseException as e:
+            conn.send(("probe_error", self.cid, pack_exception(e, index, self.worker.worker_id)))
 
-                _sample_ctx[0], _sample_ctx[1], _sample_ctx[2] = self.seed, 0, index
-                try:
-                    layout = BatchLayout(self.dataset[index], msg[2])
-                finally:
-                    _sample_ctx[2] = -1
-                self.conn.send(("layout", layout))
-            except BaseException as e:
-                self.conn.send(("probe_error", pack_exception(e, index, self.worker_id)))
-            return True
-        if kind == "attach":
-            from ._pack import Packer
-            from ._region import SharedRegion
-            from ._ring import RingIndex
-
-            self.layout, nbytes = msg[1], msg[2]
-            fd = recv_handle(self.conn)
-            self.region = SharedRegion.attach(fd, nbytes)
-            self.ring = RingIndex(self.region.mm)
-            self.packer = Packer(
-                self.region.mm,
-                self.ring.data_offset,
-                self.ring.slot_bytes,
-                self.ring.nslots,
-                self.layout.batch_size,
-                self.layout.tree,
-                self.layout.packer_fields,
-            )
-            return True
-        raise RuntimeError(f"fastload worker: unknown message {kind!r}")
-
-    def _fill(self, slot: int, state: int) -> None:
+    def fill(self, slot: int, state: int) -> None:
         import numpy as np
 
+        global _worker_info
+        _worker_info = self.info
         ring, layout = self.ring, self.layout
         count = ring.slot_count(slot)
         base = ring.data_offset + slot * ring.slot_bytes
@@ -333,16 +344,16 @@ class _Filler:
         except BaseException as e:
             if isinstance(e, (SystemExit, KeyboardInterrupt)):
                 raise
-            payload = pack_exception(e, index, self.worker_id)
+            payload = pack_exception(e, index, self.worker.worker_id)
             del e
             if ring.publish(slot, state, False):
-                self.conn.send(("error", slot, state, payload))
+                self.worker.conn.send(("error", self.cid, slot, state, payload))
             return
         ring.set_result(slot, flags, var_bytes)
         if not ring.publish(slot, state, True):
             return  # reclaimed meanwhile (cannot happen while we live) or cancelled
         if flags:
-            self.conn.send(("spill", slot, state, pickle.dumps(objects, protocol=5)))
+            self.worker.conn.send(("spill", self.cid, slot, state, pickle.dumps(objects, protocol=5)))
 
     def _gather(self, slot: int, indices: Any) -> bool:
         """ArrayDataset fast path; False (and never again) if a column cannot be gathered."""
@@ -369,3 +380,90 @@ class _Filler:
         start = base + layout.var_offset
         self.region.mm[start : start + len(data)] = data
         return 0, len(data)
+
+
+class _Worker:
+    """The fill loop: claim a task from any attached ring, fill it, publish; sleep on the bell."""
+
+    def __init__(self, worker_id: int, num_workers: int, conn: Connection, seed: int) -> None:
+        self.worker_id = worker_id
+        self.num_workers = num_workers
+        self.seed = seed
+        self.conn = conn
+        self.clients: dict[int, _Client] = {}
+        self.active: list[_Client] = []  # attached, ring not stopped
+        self.next = 0  # round robin over self.active
+        self.bell: Any = None
+        self.bell_region: Any = None
+
+    def add_client(self, cid: int, dataset: Any) -> None:
+        self.clients[cid] = _Client(self, cid, dataset)
+
+    def run(self) -> None:
+        while True:
+            if self.bell is None or not self.active:
+                if not self._handle(self.conn.recv()):
+                    return
+                continue
+            seen = self.bell.value()
+            active, n = self.active, len(self.active)
+            claimed = False
+            closing = []
+            for k in range(n):
+                client = active[(self.next + k) % n]
+                slot, state = client.ring.claim(self.worker_id, 0.0)
+                if slot >= 0:
+                    self.next = (self.next + k + 1) % n  # the next scan starts past this ring
+                    client.fill(slot, state)
+                    claimed = True
+                    break
+                if slot == -2:  # that loader is closing; its detach message follows
+                    closing.append(client)
+            for client in closing:
+                active.remove(client)
+            if not claimed:
+                stopped = self.bell.wait(seen, _CLAIM_TIMEOUT_S) is None
+                if stopped:
+                    return
+            if self.conn.poll() and not self._handle(self.conn.recv()):
+                return
+
+    def _handle(self, msg: tuple[Any, ...]) -> bool:
+        kind = msg[0]
+        if kind == "stop":
+            return False
+        if kind == "bell":
+            from ._region import SharedRegion
+            from ._ring import Bell
+
+            fd = recv_handle(self.conn)
+            self.bell_region = SharedRegion.attach(fd, msg[1])
+            self.bell = Bell(self.bell_region.mm)
+            return True
+        if kind == "dataset":
+            try:
+                self.add_client(msg[1], pickle.loads(msg[2]))
+            except BaseException as e:
+                self.conn.send(("dataset_error", msg[1], pack_exception(e, None, self.worker_id)))
+            return True
+        client = self.clients.get(msg[1])
+        if kind == "detach":
+            if client is not None:
+                del self.clients[msg[1]]
+                if client in self.active:
+                    self.active.remove(client)
+                client.detach()
+            return True
+        if kind == "probe":
+            if client is not None:
+                client.probe(msg[2], msg[3])
+            return True
+        if kind == "attach":
+            fd = recv_handle(self.conn)
+            if client is None:  # its dataset failed to load here (the loader was told)
+                os.close(fd)
+                return True
+            client.attach(msg[2], msg[3], fd)
+            self.active.append(client)
+            return True
+        raise RuntimeError(f"fastload worker: unknown message {kind!r}")

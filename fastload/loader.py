@@ -19,6 +19,7 @@ counts those copies.
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import math
 import os
@@ -31,10 +32,10 @@ from typing import Any
 import numpy as np
 
 from ._errors_remote import rebuild_exception
-from ._pool import _POLL_INTERVAL_S, WorkerPool, exit_code_name
+from ._pool import _POLL_INTERVAL_S, Pool, WorkerPool, exit_code_name
 from . import _worker
 from ._worker import pack_exception, pack_getitems
-from .errors import LoaderClosedError, LoaderTimeoutError, WorkerDied
+from .errors import LoaderClosedError, LoaderTimeoutError, WorkerDied, WorkerError
 from .layout import PAGE, BatchLayout
 
 try:
@@ -52,6 +53,7 @@ __all__ = ["Loader", "backend"]
 backend = "c"
 
 _exiting = False
+_client_ids = itertools.count()
 log = logging.getLogger("fastload")
 #: With on_worker_death="restart": a sample that kills this many workers raises WorkerDied.
 _MAX_KILLS_PER_SAMPLE = 3
@@ -111,8 +113,10 @@ class _Engine:
         return_mask: bool = False,
         batch_plan: Any = None,
         stall: tuple[float, Any] | None = None,
+        pool: Any = None,
     ) -> None:
         self.pid = os.getpid()
+        self.cid = next(_client_ids)
         # (seconds, callback): callback(info) once per batch that takes longer than seconds;
         # the wait goes on (Chainer's dataset_timeout warning; fastload.compat.chainer).
         self.stall = stall
@@ -148,6 +152,7 @@ class _Engine:
         self.depth = max(1, num_workers * prefetch)
         self.nslots = self.depth + max_held
         self.closed = False
+        self.closed_reason = ""
         self.layout: BatchLayout | None = None
         self.region: Any = None
         self.ring: Any = None
@@ -169,13 +174,20 @@ class _Engine:
         self._orders: dict[int, np.ndarray[Any, Any]] = {}
         self.counters = {"copied_batches": 0, "spilled_batches": 0, "worker_restarts": 0}
         self.pool: WorkerPool | None = None
+        self.shared_pool = pool  # a fastload.Pool (kept alive while this loader is), or None
+        self.pending: BaseException | None = None  # found by another client's worker check
         self.probe_sent = False
+        self.probe_started = False  # worker 0 said it began loading the probe sample
         self.probe_index = -1
         self._last_check = time.monotonic()
-        if num_workers > 0:
-            self.pool = WorkerPool(dataset, num_workers, start_method, worker_init, seed)
-            if batch_plan is None:  # a sampler is not asked before its epoch starts
-                self._send_probe()
+        if pool is not None and num_workers > 0:
+            self.pool = pool.check_usable()
+            self.pool.register(self.cid, self, dataset)
+        elif num_workers > 0:
+            self.pool = WorkerPool(num_workers, start_method, worker_init, seed, (self.cid, dataset))
+            self.pool.register(self.cid, self, dataset)
+        if self.pool is not None and batch_plan is None:  # a sampler is asked in its epoch only
+            self._send_probe()
 
     # -- order -------------------------------------------------------------------------------
     def order(self, epoch: int) -> np.ndarray[Any, Any]:
@@ -230,7 +242,7 @@ class _Engine:
     # -- epochs ------------------------------------------------------------------------------
     def check_usable(self) -> None:
         if self.closed:
-            raise LoaderClosedError("this Loader is closed; create a new one")
+            raise LoaderClosedError(f"this Loader is closed ({self.closed_reason}); create a new one")
         if os.getpid() != self.pid:
             raise RuntimeError(
                 "a fastload Loader can only be used in the process that created it "
@@ -343,7 +355,7 @@ class _Engine:
     def _worker_batch(self, epoch: int) -> Any:
         if self.ring is None:
             self._setup_region()
-        if time.monotonic() - self._last_check > _POLL_INTERVAL_S:
+        if self.pending is not None or time.monotonic() - self._last_check > _POLL_INTERVAL_S:
             self._check_workers()  # also while data flows: a worker may have died idle
         self._refill()
         seq, slot, task_epoch, b = self.inflight[0]
@@ -360,7 +372,7 @@ class _Engine:
                     f"worker {owner} failed batch {b} of epoch {epoch} and died before it could "
                     "report why"
                 )
-            raise rebuild_exception(msg[3])
+            raise rebuild_exception(msg[4])
         batch = self._deliver(slot, word)
         self._refill()
         return batch
@@ -377,7 +389,7 @@ class _Engine:
                 msg = self._take_msg(info["owner"], slot, word)
                 if msg is None:
                     raise WorkerDied(f"worker {info['owner']} died while sending batch objects")
-                objects = pickle.loads(msg[3])
+                objects = pickle.loads(msg[4])
                 self.counters["spilled_batches"] += 1
             else:
                 start = base + lay.var_offset
@@ -415,7 +427,8 @@ class _Engine:
             # the last moment it stalled the workers for the permutation's time (ms for 1e6).
             self.order(cur + 1)
         lay = self.layout
-        assert lay is not None
+        assert lay is not None and self.pool is not None
+        bell = self.pool.bell
         while len(self.inflight) < self.depth and self.free:
             if self.batch_plan is not None and self.plan_epoch > cur:
                 break  # NOTE [batch plans]: a sampler is only asked once its epoch has started
@@ -433,6 +446,7 @@ class _Engine:
             task[: len(idx)] = idx  # NOTE [slot payload layout] in layout.py
             task[-1] = self.seed
             ring.queue(slot, self.seq, self.plan_epoch, len(idx))
+            bell.ring()
             self.inflight.append((self.seq, slot, self.plan_epoch, self.plan_batch))
             self.seq += 1
             self.plan_batch += 1
@@ -496,7 +510,10 @@ class _Engine:
         if self.n == 0 or self.nbatches_of(e) == 0:
             return
         self.probe_index = int(self.batch_indices(e, self.consumed)[0])
-        self.pool.send(0, ("probe", self.probe_index, self.batch_size))
+        try:
+            self.pool.send(0, ("probe", self.cid, self.probe_index, self.batch_size))
+        except (OSError, EOFError):
+            return  # worker 0 died: _check_workers restarts it and we ask again
         self.probe_sent = True
 
     def _setup_region(self) -> None:
@@ -506,30 +523,22 @@ class _Engine:
         if not self.probe_sent:
             self._send_probe()
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        conn = pool.conns[0]
         while True:
-            if conn is not None and conn.poll(_POLL_INTERVAL_S):
-                try:
-                    msg = conn.recv()
-                except (EOFError, OSError):
-                    msg = None  # the worker died: _check_workers below says how
-                if msg is not None:
-                    if msg[0] == "layout":
-                        break
-                    if msg[0] in ("probe_error", "init_error"):
-                        self.probe_sent = False
-                        raise rebuild_exception(msg[1])
+            pool.pump(0, _POLL_INTERVAL_S)
+            self._collect()
+            if self.layout is not None:
+                break
             self._check_workers()
-            conn = pool.conns[0]
             if not self.probe_sent:
                 self._send_probe()
             if deadline is not None and time.monotonic() >= deadline:
                 raise LoaderTimeoutError(
-                    f"no batch within timeout={self.timeout}s: worker 0 (pid {pool.pid(0)}) is "
-                    f"still loading sample index {self.probe_index} (the first sample, which "
+                    f"no batch within timeout={self.timeout}s: worker 0 (pid {pool.pid_of(0)}) "
+                    f"is still loading sample index {self.probe_index} (the first sample, which "
                     "sets the batch layout)"
                 )
-        self.layout = lay = msg[1]
+        lay = self.layout
+        assert lay is not None
         ctl = _ring.control_nbytes(self.nslots)
         data_offset = -(-ctl // PAGE) * PAGE
         total = data_offset + self.nslots * lay.slot_bytes
@@ -546,33 +555,69 @@ class _Engine:
         pool = self.pool
         assert pool is not None and self.region is not None
         try:
-            pool.send(i, ("attach", self.layout, self.region.nbytes))
+            pool.send(i, ("attach", self.cid, self.layout, self.region.nbytes))
             pool.send_fd(i, self.region.fd)
-        except (OSError, EOFError):
+        except (OSError, EOFError, AssertionError):
             pass  # died meanwhile: _check_workers restarts it
 
-    def _check_workers(self) -> None:
-        """Detect dead workers, restart them, and deal with the batches they held.
+    def _collect(self) -> None:
+        """Take the messages the pool routed to this loader: keep batch errors and spills for
+        the slots they concern; raise what stops the loader from starting."""
+        assert self.pool is not None
+        for i, msg in self.pool.take(self.cid):
+            kind = msg[0]
+            if kind in ("error", "spill"):
+                # Keyed by (slot, generation): the worker sends its CLAIMED state word, the
+                # parent holds the READY/FAILED one; both carry the same generation.
+                self.msgs[(msg[2], msg[3] >> 16)] = msg
+            elif kind == "probe_start":
+                self.probe_started = True
+            elif kind == "layout":
+                if self.layout is None:
+                    self.layout = msg[2]
+            elif kind == "probe_error":
+                self.probe_sent = False
+                raise rebuild_exception(msg[2])
+            elif kind == "init_error":
+                self.probe_sent = False
+                raise rebuild_exception(msg[1])
+            elif kind == "dataset_error":
+                exc = rebuild_exception(msg[2])
+                raise WorkerError(
+                    f"worker {i} could not unpickle the dataset: {type(exc).__name__}: {exc}"
+                ) from exc
 
-        A worker that held no batch (it died idle) is restarted quietly. Otherwise, with
-        on_worker_death="restart" its batches are re-queued for the fresh worker; with "raise"
-        (or once a sample has killed _MAX_KILLS_PER_SAMPLE workers) the batches of the running
-        epoch are abandoned, so no other worker picks up a doomed batch, and WorkerDied is
-        raised. Batches prefetched for the next epoch are always re-queued.
-        """
+    def _check_workers(self) -> None:
+        """Detect dead workers (of the pool, whichever loader they were serving), have them
+        restarted, and raise what their death means for this loader (see workers_died)."""
         pool = self.pool
         if pool is None:
             return
         self._last_check = time.monotonic()
-        dead = pool.dead_workers(0)
-        if not dead:
-            return
+        pool.check()
+        exc, self.pending = self.pending, None
+        if exc is not None:
+            raise exc
+
+    def workers_died(self, deaths: list[tuple[int, int | None, int | None]]) -> None:
+        """The pool found dead workers (called before they are restarted).
+
+        A worker that held no batch of this loader (it died idle, or serving another loader)
+        is restarted quietly. Otherwise, with on_worker_death="restart" its batches are
+        re-queued for the fresh worker; with "raise" (or once a sample has killed
+        _MAX_KILLS_PER_SAMPLE workers) the batches of the running epoch are abandoned, so no
+        other worker picks up a doomed batch, and WorkerDied is raised at this loader's next
+        check. Batches prefetched for the next epoch are always re-queued.
+        """
         reports, held = [], []  # held: (worker, slot, epoch)
         any_lost = False
         startup_failure = None
-        for i in dead:
-            pid, code = pool.pid(i), pool.exitcode(i)
-            self._drain_conn(i)
+        try:
+            self._collect()
+        except BaseException as e:  # an init or probe error: raise it rather than a death
+            self.pending = e
+            return
+        for i, pid, code in deaths:
             lost = []
             if self.ring is not None:
                 for s in range(self.nslots):
@@ -580,9 +625,10 @@ class _Engine:
                     if info["state"] == _ring.CLAIMED and info["owner"] == i:
                         lost.append(self._loading(s, info)[0])
                         held.append((i, s, info["epoch"]))
-            elif i == 0 and self.probe_sent:
-                lost.append(self.probe_index)  # it died loading the first sample
-                self.probe_sent = False
+            elif i == 0 and self.probe_sent and self.layout is None:
+                if self.probe_started:  # it died loading the first sample
+                    lost.append(self.probe_index)
+                self.probe_sent = self.probe_started = False  # asked again after the restart
             name = exit_code_name(code)
             hint = ""
             if code == -7:  # SIGBUS
@@ -611,28 +657,29 @@ class _Engine:
         if self.ring is not None:
             for i, s, epoch in held:
                 self.ring.reclaim_slot(s, i, not (fatal and epoch == self.active_epoch))
-        for i in dead:
-            pool.restart(i)
-            self.counters["worker_restarts"] += 1
-            if self.ring is not None:
-                self._attach(i)
-        if self.ring is not None:
-            self._reap_stale()
         report = "; ".join(reports)
         if startup_failure is not None and not fatal:
-            raise WorkerDied(startup_failure)
-        if not fatal:
+            self.pending = WorkerDied(startup_failure)
+        elif not fatal:
             log.warning("%s; restarted it%s", report, " and re-queued its batch" if held else "")
-            return
-        if self.on_worker_death == "restart":
-            raise WorkerDied(
+        elif self.on_worker_death == "restart":
+            self.pending = WorkerDied(
                 f"{report}. Sample index {worst[0]} killed a worker {worst[1]} times; giving up "
                 "on this epoch (the worker was restarted)."
             )
-        raise WorkerDied(
-            f"{report}. It was restarted; this epoch was stopped, the next one runs normally "
-            "(pass on_worker_death='restart' to recompute the lost batch instead)."
-        )
+        else:
+            self.pending = WorkerDied(
+                f"{report}. It was restarted; this epoch was stopped, the next one runs normally "
+                "(pass on_worker_death='restart' to recompute the lost batch instead)."
+            )
+
+    def workers_restarted(self, restarted: list[int]) -> None:
+        """The pool restarted these workers (they have this loader's dataset again)."""
+        self.counters["worker_restarts"] += len(restarted)
+        if self.ring is not None:
+            for i in restarted:
+                self._attach(i)
+            self._reap_stale()
 
     def _reap_stale(self) -> None:
         """Free the slots of abandoned tasks that no worker holds any more."""
@@ -646,57 +693,39 @@ class _Engine:
             self.stale.discard(s)
             self.free.append(s)
 
-    def _drain_conn(self, i: int) -> None:
-        pool = self.pool
-        assert pool is not None
-        conn = pool.conns[i]
-        if conn is None:
-            return
-        try:
-            while conn.poll(0):
-                self._stash(conn.recv())
-        except (EOFError, OSError):
-            pass
-
-    def _stash(self, msg: tuple[Any, ...]) -> None:
-        if msg[0] in ("error", "spill"):
-            # Keyed by (slot, generation): the worker sends its CLAIMED state word, the parent
-            # holds the READY/FAILED one; both carry the same generation.
-            self.msgs[(msg[1], msg[2] >> 16)] = msg
-
     def _take_msg(self, worker: int, slot: int, word: int) -> tuple[Any, ...] | None:
         """The pipe message that worker sent about (slot, word), watching its liveness."""
         key = (slot, word >> 16)
         pool = self.pool
         assert pool is not None
-        while key not in self.msgs:
-            conn = pool.conns[worker]
-            if conn is None:
-                return None
-            try:
-                if conn.poll(_POLL_INTERVAL_S):
-                    self._stash(conn.recv())
-                    continue
-            except (EOFError, OSError):
-                return None
+        incarnation = pool.incarnation[worker]
+        while True:
+            self._collect()
+            if key in self.msgs:
+                return self.msgs.pop(key)
             p = pool.procs[worker]
-            if p is None or p.exitcode is not None:
-                self._drain_conn(worker)
+            if pool.incarnation[worker] != incarnation or p is None or p.exitcode is not None:
+                pool.pump(worker, 0)  # it died: what it sent is all there is
+                self._collect()
                 return self.msgs.pop(key, None)
-        return self.msgs.pop(key)
+            pool.pump(worker, _POLL_INTERVAL_S)
 
     # -- shutdown ----------------------------------------------------------------------------
-    def close(self) -> None:
+    def close(self, reason: str = "close() was called") -> None:
         """NOTE [shutdown] (fastload/_pool.py, docs/design.md). Idempotent; never raises."""
         if self.closed or os.getpid() != self.pid:
             return
         self.closed = True
+        self.closed_reason = reason
         self.active_epoch = None
         try:
             if self.ring is not None:
                 self.ring.stop()  # step 1
             if self.pool is not None:
-                self.pool.close()  # steps 2-3
+                if self.shared_pool is None:
+                    self.pool.close()  # steps 2-3
+                else:  # the pool's workers stay; they unmap our region and drop our dataset
+                    self.pool.unregister(self.cid)
         finally:
             if self.returner is not None:
                 self.returner.closed = True
@@ -807,8 +836,11 @@ def _resolve_shard(shard: tuple[int, int] | str | None) -> tuple[int, int]:
 
 
 class _EpochIterator(Iterator[Any]):
-    def __init__(self, engine: _Engine) -> None:
+    def __init__(self, engine: _Engine, loader: Loader) -> None:
         self._engine = engine
+        # Keeps the loader alive while its epoch is iterated: ``for b in Loader(...)`` would
+        # otherwise close the loader (its finalizer runs) right after iter().
+        self._loader = loader
         self.epoch = engine.start_epoch()
 
     def __iter__(self) -> _EpochIterator:
@@ -865,6 +897,10 @@ class Loader:
     return_mask : bool
         Yield ``(batch, mask)`` where ``mask`` is a bool array, False for padded duplicates, so
         evaluation metrics can ignore them.
+    pool : fastload.Pool, optional
+        Use this pool's worker processes instead of starting new ones (``num_workers``,
+        ``start_method`` and ``worker_init`` are the pool's). The dataset is sent to the pool's
+        workers once, pickled. Closing the loader leaves the pool running.
     on_worker_death : {"raise", "restart"}
         What a dead worker (signal, ``os._exit``, OOM kill) does to the epoch. Either way the
         worker is restarted. ``"raise"``: :class:`WorkerDied` ends the epoch. ``"restart"``: the
@@ -898,6 +934,7 @@ class Loader:
         on_worker_death: str = "raise",
         shard: tuple[int, int] | str | None = None,
         return_mask: bool = False,
+        pool: Pool | None = None,
         _batch_plan: Any = None,
         _stall: tuple[float, Any] | None = None,
     ) -> None:
@@ -922,11 +959,13 @@ class Loader:
             raise ValueError(f"len(dataset) must be >= 0, got {n}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        if num_workers is None:
+        if num_workers is None and pool is None:
             num_workers = os.cpu_count() or 1
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        if num_workers is not None and (
+            isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0
+        ):
             raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
-        if num_workers > _ring.MAX_WORKERS:
+        if num_workers is not None and num_workers > _ring.MAX_WORKERS:
             raise ValueError(f"num_workers must be <= {_ring.MAX_WORKERS}, got {num_workers}")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch must be an int >= 1, got {prefetch!r}")
@@ -944,7 +983,24 @@ class Loader:
             seed = int(np.random.SeedSequence().entropy % (2**63))  # type: ignore[operator]
         elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
-        if n == 0:
+        if pool is not None:
+            if not isinstance(pool, Pool):
+                raise TypeError(f"pool must be a fastload.Pool, got {type(pool).__name__}")
+            pool.check_usable()
+            for name, mine, theirs in (("num_workers", num_workers, pool.num_workers),
+                                       ("start_method", start_method, pool.start_method)):
+                if mine is not None and mine != theirs:
+                    raise ValueError(
+                        f"{name}={mine!r} conflicts with the pool's {name}={theirs!r}; leave "
+                        f"{name} unset when passing pool= (the pool's workers serve this loader)"
+                    )
+            if worker_init is not None:
+                raise ValueError(
+                    "worker_init runs once per worker when the pool starts: pass it to "
+                    "fastload.Pool(..., worker_init=...), not to a Loader on that pool"
+                )
+            num_workers = pool.num_workers
+        if n == 0 or num_workers is None:
             num_workers = 0  # nothing to load: start no process
         global _atexit_registered
         if not _atexit_registered:
@@ -956,7 +1012,7 @@ class Loader:
         self._engine = _Engine(
             dataset, n, batch_size, shuffle, int(seed), drop_last, num_workers, prefetch,
             start_method, worker_init, timeout, max_held, copy, on_worker_death, rank_world,
-            return_mask, _batch_plan, _stall,
+            return_mask, _batch_plan, _stall, pool,
         )
         from multiprocessing.util import Finalize
 
@@ -978,7 +1034,7 @@ class Loader:
     def __iter__(self) -> Iterator[Any]:
         if self._engine is None:
             raise LoaderClosedError("this Loader was not constructed")
-        return _EpochIterator(self._engine)
+        return _EpochIterator(self._engine, self)
 
     def close(self) -> None:
         """Stop the workers and free the shared memory. Idempotent.

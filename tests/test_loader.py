@@ -728,3 +728,11 @@ def test_stats_has_the_documented_counters():
         s = loader.stats()
     for key in ("copied_batches", "spilled_batches", "worker_restarts"):
         assert s[key] == 0
+
+
+@pytest.mark.parametrize("nw", [0, 2])
+def test_iterating_a_temporary_loader(nw):
+    # ``for b in Loader(...)``: the loader object is dropped right after iter(); the epoch's
+    # iterator must keep it (and its workers) alive until the epoch ends.
+    got = [b.tolist() for b in fastload.Loader(Range(7), 3, num_workers=nw)]
+    assert got == [[0, 1, 2], [3, 4, 5], [6]]
