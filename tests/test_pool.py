@@ -21,6 +21,17 @@ def _pids(pool: fastload.Pool) -> list[int]:
     return [p.pid for p in pool._workers.procs]
 
 
+def _memfds_become(pids: list[int], n: int, timeout: float = 5.0) -> bool:
+    """Whether every worker maps ``n`` fastload regions within ``timeout`` (workers handle
+    messages between waits of at most 0.1 s)."""
+    deadline = time.monotonic() + timeout
+    while any(worker_memfds(pid) != n for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def _expected(dataset, batch_size, epochs, **kw):
     with fastload.Loader(dataset, batch_size, num_workers=0, **kw) as ref:
         return [[b.tolist() for b in ref] for _ in range(epochs)]
@@ -86,15 +97,12 @@ def test_first_batch_on_a_warm_pool_starts_no_process():
 def test_closing_a_loader_leaves_the_pool_running_and_detaches_it():
     with fastload.Pool(2) as pool:
         pids = _pids(pool)
-        assert all(worker_memfds(pid) == 1 for pid in pids)  # the bell
+        assert _memfds_become(pids, 1)  # the bell
         loader = fastload.Loader(Range(20, (1000,)), 4, pool=pool)
         list(loader)
-        assert all(worker_memfds(pid) == 2 for pid in pids)
+        assert _memfds_become(pids, 2)  # the bell and the loader's region
         loader.close()
-        deadline = time.monotonic() + 5
-        while any(worker_memfds(pid) != 1 for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert [worker_memfds(pid) for pid in pids] == [1, 1]  # the region was unmapped
+        assert _memfds_become(pids, 1)  # the region was unmapped
         assert _pids(pool) == pids and all(p.is_alive() for p in pool._workers.procs)
         with pytest.raises(fastload.LoaderClosedError, match="close"):
             next(iter(loader))
@@ -106,12 +114,14 @@ def test_closing_a_loader_leaves_the_pool_running_and_detaches_it():
 def test_many_loaders_on_one_pool_do_not_accumulate():
     with fastload.Pool(2) as pool:
         pids = _pids(pool)
+        with fastload.Loader(Tagged(9, 0), 4, pool=pool) as loader:
+            list(loader)  # the workers have mapped the bell and handled one loader
+        assert _memfds_become(pids, 1)
         fds = [len(os.listdir(f"/proc/{pid}/fd")) for pid in pids]
         for k in range(30):
             with fastload.Loader(Tagged(9, k), 4, pool=pool) as loader:
                 assert [b.tolist() for b in loader][-1] == [8000 + k]
-        time.sleep(0.3)  # workers handle the last detach between waits
-        assert [worker_memfds(pid) for pid in pids] == [1, 1]
+        assert _memfds_become(pids, 1)
         assert [len(os.listdir(f"/proc/{pid}/fd")) for pid in pids] == fds
         assert len(pool._workers.payloads) == 0 and len(pool._workers.inbox) == 0
 
