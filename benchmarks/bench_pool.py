@@ -74,11 +74,24 @@ def main() -> None:
         have_torch = True
     except ImportError:
         have_torch = False
-    times: dict[str, list[float]] = {"warm pool": [], "new Loader": [], "torch DataLoader": []}
+    times: dict[str, list[float]] = {
+        "warm pool": [],
+        "warm pool, a train loader attached": [],
+        "new Loader": [],
+        "torch DataLoader": [],
+    }
     with fastload.Pool(args.workers, start_method="fork") as pool:
         first_batch_fastload(pool, args.workers)  # warm-up: imports, first layout
         for _ in range(args.repeat):
             times["warm pool"].append(first_batch_fastload(pool, args.workers))
+            # The train/validation case: another loader on the pool is mid-epoch and idle, so
+            # the workers sleep on the pool's bell rather than on their pipes.
+            train = fastload.Loader(Images(), 32, pool=pool)
+            it = iter(train)
+            next(it)
+            times["warm pool, a train loader attached"].append(first_batch_fastload(pool, args.workers))
+            del it
+            train.close()
             times["new Loader"].append(first_batch_fastload(None, args.workers))
             if have_torch:
                 times["torch DataLoader"].append(first_batch_torch(args.workers))

@@ -234,11 +234,20 @@ class WorkerPool:
         conn = self.conns[i]
         assert conn is not None
         conn.send(msg)
+        if msg[0] not in ("bell", "attach"):  # attach: rung once its fd has followed
+            self.wake()
+
+    def wake(self) -> None:
+        """Wake every worker sleeping on the bell, so it reads its pipe now rather than after
+        its wait times out (a probe or a new loader's region while other loaders are idle)."""
+        if not self.bell.closed:
+            self.bell.ring(True)
 
     def send_fd(self, i: int, fd: int) -> None:
         conn, p = self.conns[i], self.procs[i]
         assert conn is not None and p is not None
         send_handle(conn, fd, p.pid)
+        self.wake()
 
     # -- workers -----------------------------------------------------------------------------
     def start_worker(self, i: int) -> None:

@@ -425,8 +425,9 @@ class _Worker:
                 stopped = self.bell.wait(seen, _CLAIM_TIMEOUT_S) is None
                 if stopped:
                     return
-            if self.conn.poll() and not self._handle(self.conn.recv()):
-                return
+            while self.conn.poll():  # every message sent so far: each one rang the bell
+                if not self._handle(self.conn.recv()):
+                    return
 
     def _handle(self, msg: tuple[Any, ...]) -> bool:
         kind = msg[0]
