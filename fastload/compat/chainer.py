@@ -14,15 +14,19 @@ keys, so trainer snapshots move both ways between this iterator and Chainer's. I
 NOTE [blocks of batches]
 fastload's ``Loader`` loads a finite list of batches per Loader epoch (``_batch_plan``, NOTE
 [batch plans] in fastload/loader.py); Chainer's stream is infinite with ``repeat=True``. The
-stream is cut into blocks: a block is planned, by running Chainer's state machine, when the
-previous one has been consumed, and ends just before a batch that crosses an epoch boundary, or
-at ``_MAX_BLOCK`` batches. The order sampler is therefore called when you ask for the batch that
-needs the new order (as ``SerialIterator`` calls it), never earlier; Chainer's prefetch thread
-calls it up to ``n_prefetch + 1`` batches ahead. Epochs shorter than ``_MIN_BLOCK`` batches are
-grouped into one block (the queue empties at each block's end, which costs about one batch's
-loading time; see benchmarks/bench_chainer.py). The Chainer state after every planned batch is
-kept with it, so the attributes and ``serialize()`` describe the batches you have received, not
-the ones prefetched.
+stream is cut into blocks, one Loader epoch each. A block is planned, by running Chainer's state
+machine, at the ``next()`` that needs its first batch, and ends just before the next batch that
+crosses an epoch boundary (or after ``_MAX_BLOCK`` batches). So the order sampler is called when
+you ask for the batch that needs the new order, exactly as ``SerialIterator`` calls it, and the
+batches of a run depend only on the sampler's seed even across ``reset()``, snapshots and a
+sampler that shares NumPy's global random state with the model (Chainer's prefetch thread calls
+it up to ``n_prefetch + 1`` batches ahead, at times that vary from run to run). The price: the
+loader's queue is empty at each block's start, so the first batch of every epoch waits for one
+worker to load it (measured with benchmarks/bench_chainer.py, 2 workers: 3% of throughput with
+32 batches per epoch, 8% with 4; a batch larger than the dataset crosses a boundary every time,
+so it is loaded without prefetching). ``_MIN_BLOCK > 1`` would group short epochs into one block
+at the cost of that exactness. The Chainer state after every planned batch is kept with it, so
+the attributes and ``serialize()`` describe the batches you have received, not the prefetched.
 
 What differs from Chainer's iterator:
 
@@ -32,7 +36,8 @@ What differs from Chainer's iterator:
   batches] in fastload/loader.py). Python ``int``/``float``/``bool``/``complex`` leaves come back
   as those Python types, NumPy scalars as NumPy scalars, 0-d arrays as 0-d arrays; other objects
   (strings, ``None``, subclasses of dict/list/tuple other than namedtuples, object arrays) are
-  pickled whole, as Chainer's pool does.
+  pickled whole, as Chainer's pool does. A Python int leaf is stacked as int64 if the first
+  sample's fits (a later one that does not raises ``LayoutMismatchError``).
 * Every sample must have the structure, dtypes and shapes of the first one (fastload packs into
   fixed slots): variable-length samples raise ``fastload.LayoutMismatchError``. ``shared_mem``
   is accepted and ignored (the slot size comes from the first sample).
@@ -67,7 +72,6 @@ from typing import Any
 import numpy as np
 
 try:
-    import chainer as _chainer
     from chainer.dataset.iterator import Iterator as _ChainerIterator
     from chainer.iterators import MultiprocessIterator as _ChainerMultiprocessIterator
     from chainer.iterators import _statemachine
@@ -89,10 +93,9 @@ __all__ = ["MultiprocessIterator"]
 _TimeoutWarning: type[Warning] = _ChainerMultiprocessIterator.TimeoutWarning
 _IteratorState: Any = _statemachine.IteratorState
 _statemachine_step: Any = _statemachine.iterator_statemachine
-_CHAINER_VERSION: str = _chainer.__version__
 
-#: NOTE [blocks of batches]: a block may take a batch that crosses an epoch boundary (asking the
-#: order sampler) only as its first batch, or while it holds fewer than this many batches ...
+#: NOTE [blocks of batches]: a block takes a batch that crosses an epoch boundary (asking the
+#: order sampler) only while it holds fewer than this many batches: 1, only as its first ...
 _MIN_BLOCK = 1
 #: ... and is cut, mid-epoch if need be, at this many (planning runs the state machine per
 #: batch: about 10 us each, paid at the first next() of the block).
