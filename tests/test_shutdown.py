@@ -32,6 +32,17 @@ def start(method):
     pids = [p.pid for p in loader._engine.pool.procs]
     print("PIDS", *pids, flush=True)
     return loader, it
+
+def start_pool(method):
+    # Two loaders on one shared pool, one of them mid-epoch.
+    pool = fastload.Pool(2, start_method=method)
+    other = fastload.Loader(Slow(), batch_size=2, pool=pool)
+    next(iter(other))
+    loader = fastload.Loader(Slow(), batch_size=4, pool=pool)
+    it = iter(loader)
+    next(it)
+    print("PIDS", *[p.pid for p in pool._workers.procs], flush=True)
+    return (pool, other, loader), it
 """
 
 
@@ -72,12 +83,15 @@ def _read_pids(proc: subprocess.Popen[str]) -> list[int]:
 
 
 METHODS = ["fork", "forkserver", "spawn"]
+#: start(): a loader with its own workers; start_pool(): two loaders on a shared fastload.Pool.
+STARTS = ["start", "start_pool"]
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("method", METHODS)
-def test_never_closed(method: str) -> None:
-    proc = _spawn(f"loader, it = start({method!r})\nnext(it)\n")
+@pytest.mark.parametrize("start", STARTS)
+def test_never_closed(method: str, start: str) -> None:
+    proc = _spawn(f"loader, it = {start}({method!r})\nnext(it)\n")
     pids = _read_pids(proc)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
@@ -105,8 +119,9 @@ def test_exception_out_of_with_block() -> None:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("target", ["process", "group"])
-def test_ctrl_c(method: str, target: str) -> None:
-    body = f"loader, it = start({method!r})\nprint('GO', flush=True)\nfor b in it:\n    pass\n"
+@pytest.mark.parametrize("start", STARTS)
+def test_ctrl_c(method: str, target: str, start: str) -> None:
+    body = f"loader, it = {start}({method!r})\nprint('GO', flush=True)\nfor b in it:\n    pass\n"
     proc = _spawn(body)
     pids = _read_pids(proc)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "GO"
@@ -127,8 +142,9 @@ def test_ctrl_c(method: str, target: str) -> None:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_parent_killed(method: str, sig: signal.Signals) -> None:
-    body = f"loader, it = start({method!r})\nfor b in it:\n    pass\n"
+@pytest.mark.parametrize("start", STARTS)
+def test_parent_killed(method: str, sig: signal.Signals, start: str) -> None:
+    body = f"loader, it = {start}({method!r})\nfor b in it:\n    pass\n"
     proc = _spawn(body)
     pids = _read_pids(proc)
     os.kill(proc.pid, sig)
