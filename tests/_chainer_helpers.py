@@ -171,3 +171,19 @@ class CountingShuffle:
     def __call__(self, current_order, current_position):
         self.calls.append((len(current_order), int(current_position)))
         return self.random.permutation(len(current_order))
+
+
+class ExitsOnce:
+    """Sample ``bad`` kills its worker (exit code 3) the first time, while ``flag`` is absent."""
+
+    def __init__(self, n: int, bad: int, flag: str) -> None:
+        self.n, self.bad, self.flag = n, bad, flag
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.bad and not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            os._exit(3)
+        return np.float32(i)

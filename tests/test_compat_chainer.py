@@ -40,6 +40,7 @@ from _chainer_helpers import (  # noqa: E402
     Arrays,
     CountingShuffle,
     Dicts,
+    ExitsOnce,
     Fails,
     IndexType,
     Ints,
@@ -513,6 +514,21 @@ def test_dataset_error_is_raised_and_the_batch_retried() -> None:
             with pytest.raises(KeyError, match="no sample 3"):
                 it.next()
             assert (it.epoch, it.current_position) == (0, 2)
+
+
+@needs_chainer
+@pytest.mark.crash
+def test_dead_worker_is_raised_and_the_batch_retried(tmp_path) -> None:
+    """Chainer's iterator waits forever for a batch whose worker died; ours raises WorkerDied
+    (the worker is restarted) and loads the batch again at the next next()."""
+    ds = ExitsOnce(8, 5, str(tmp_path / "died"))
+    with make("ours", ds, 2, "seq") as it:
+        got = trace(it, 2)
+        with pytest.raises(fastload.WorkerDied, match="sample index 5"):
+            it.next()
+        assert (it.epoch, it.current_position) == (0, 4)
+        got += trace(it, 4)
+    same_trace(got, trace(make("serial", ds, 2, "seq"), 6))  # (in this process: after the exit)
 
 
 ARG_CASES = [
