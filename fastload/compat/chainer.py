@@ -211,7 +211,7 @@ _INIT_ATTRIBUTES = frozenset({
 
 def _warn_stalled(description: str) -> None:
     """Loader ``_stall`` hook: Chainer's TimeoutWarning, plus what the batch waits for."""
-    warnings.warn(f"{_TIMEOUT_MESSAGE}\n(fastload: {description})", _TimeoutWarning, stacklevel=2)
+    warnings.warn(f"{_TIMEOUT_MESSAGE}\n(fastload: {description})", _TimeoutWarning, stacklevel=1)
 
 
 class MultiprocessIterator(_ChainerIterator):  # type: ignore[misc]
@@ -275,7 +275,7 @@ class MultiprocessIterator(_ChainerIterator):  # type: ignore[misc]
         if self.n_processes < 1:
             raise ValueError("Number of processes must be at least 1")
         if maxtasksperchild is not None and (
-            type(maxtasksperchild) is not int or maxtasksperchild <= 0
+            not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0
         ):
             raise ValueError("maxtasksperchild must be a positive int or None")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
