@@ -224,6 +224,19 @@ def test_dataset_gets_numpy_indices_as_from_chainer() -> None:
 
 
 @needs_chainer
+def test_replacing_chainers_class(monkeypatch) -> None:
+    """Code that builds Chainer's iterator itself can be pointed at ours: the module holds
+    Chainer's originals (TimeoutWarning, the state machine) from import time."""
+    original = chainer.iterators.MultiprocessIterator
+    monkeypatch.setattr(chainer.iterators, "MultiprocessIterator", MultiprocessIterator)
+    with chainer.iterators.MultiprocessIterator(Ints(10), 4, shuffle=False, n_processes=1) as it:
+        assert it.TimeoutWarning is original.TimeoutWarning
+        assert it.next() == [0, 10, 20, 30]
+        with copy.copy(it) as c:
+            assert type(c) is MultiprocessIterator and c.next() == [40, 50, 60, 70]
+
+
+@needs_chainer
 def test_one_worker_and_many_epochs_per_block() -> None:
     ref = trace(make("serial", Tuples(5), 2, "sampler"), 40)
     with make("ours", Tuples(5), 2, "sampler", n_processes=1, n_prefetch=3) as it:
