@@ -205,11 +205,16 @@ def worker_main(
 
 def _drain_and_close(conn: Connection) -> None:
     """Read what the parent already sent before closing: closing a socket with unread data
-    resets the connection, and the parent would lose the message we just sent."""
+    resets the connection, and the parent would lose the message we just sent.
+
+    Raw reads, not ``recv_bytes``: an fd sent with SCM_RIGHTS arrives as a 1-byte message that
+    recv_bytes would take for the start of a length header and wait for the rest, forever (the
+    kernel closes fds that arrive in data read this way)."""
     try:
-        while conn.poll(0):
-            conn.recv_bytes()
-    except (EOFError, OSError):
+        os.set_blocking(conn.fileno(), False)
+        while os.read(conn.fileno(), 1 << 16):
+            pass
+    except OSError:  # BlockingIOError: nothing more to read
         pass
     conn.close()
 

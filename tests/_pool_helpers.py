@@ -65,3 +65,7 @@ def worker_memfds(pid: int) -> int:
 
 def pid_of_worker(_: int) -> int:
     return os.getpid()
+
+
+def failing_init(worker_id: int) -> None:
+    raise OSError(f"worker {worker_id}: no accelerator here")

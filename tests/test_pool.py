@@ -12,7 +12,14 @@ import pytest
 
 import fastload
 from _helpers import MP_TIMEOUT, InitRecorder, KillAt, Raises, Range, WorkerInfoDataset
-from _pool_helpers import PICKLED, CountsPickles, Tagged, Unpicklable, worker_memfds
+from _pool_helpers import (
+    PICKLED,
+    CountsPickles,
+    Tagged,
+    Unpicklable,
+    failing_init,
+    worker_memfds,
+)
 
 pytestmark = pytest.mark.timeout(MP_TIMEOUT)
 
@@ -314,3 +321,18 @@ def test_sigkill_of_an_idle_pool_worker_is_restarted_quietly():
         assert [b.tolist() for b in loader][-1] == [16, 17, 18, 19]
         assert pool._workers.restarts == 1
         loader.close()
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_failing_worker_init_raises_every_time(shared):
+    # Workers whose worker_init fails exit after reporting it; they must not wait on the fd
+    # the parent sent at start (a regression: the second attempt hung).
+    pool = fastload.Pool(2, worker_init=failing_init) if shared else None
+    kw = {"pool": pool} if shared else {"num_workers": 2, "worker_init": failing_init}
+    loader = fastload.Loader(Range(10), 2, **kw)
+    for _ in range(3):
+        with pytest.raises(OSError, match=r"worker [01]: no accelerator here"):
+            next(iter(loader))
+    loader.close()
+    if pool is not None:
+        pool.close()
