@@ -237,7 +237,7 @@ def test_replacing_chainers_class(monkeypatch) -> None:
 
 
 @needs_chainer
-def test_one_worker_and_many_epochs_per_block() -> None:
+def test_one_worker_deep_prefetch_tiny_epochs() -> None:
     ref = trace(make("serial", Tuples(5), 2, "sampler"), 40)
     with make("ours", Tuples(5), 2, "sampler", n_processes=1, n_prefetch=3) as it:
         same_trace(trace(it, 40), ref)
