@@ -460,6 +460,35 @@ def _pickle_for_workers(dataset: Any, worker_init: Any, method: str) -> bytes:
         ) from e
 
 
+def check_worker_args(
+    num_workers: int | None, start_method: str | None, worker_init: Any, seed: Any,
+    *, min_workers: int,
+) -> int:
+    """Validate what a Loader and a Pool both take (num_workers None: not checked); returns
+    the seed, drawn at random when None."""
+    import numpy as np
+
+    from . import _ring
+
+    if num_workers is not None:
+        if (isinstance(num_workers, bool) or not isinstance(num_workers, int)
+                or num_workers < min_workers):
+            raise ValueError(f"num_workers must be an int >= {min_workers}, got {num_workers!r}")
+        if num_workers > _ring.MAX_WORKERS:
+            raise ValueError(f"num_workers must be <= {_ring.MAX_WORKERS}, got {num_workers}")
+    if start_method not in (None, "fork", "forkserver", "spawn"):
+        raise ValueError(
+            f"start_method must be None, 'fork', 'forkserver' or 'spawn', got {start_method!r}"
+        )
+    if worker_init is not None and not callable(worker_init):
+        raise TypeError(f"worker_init must be callable, got {type(worker_init).__name__}")
+    if seed is None:
+        return int(np.random.SeedSequence().entropy % (2**63))  # type: ignore[operator]
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
+    return int(seed)
+
+
 class Pool:
     """Worker processes shared by several loaders: ``Loader(dataset, ..., pool=pool)``.
 
@@ -504,27 +533,10 @@ class Pool:
     ) -> None:
         from multiprocessing.util import Finalize
 
-        from . import _ring
-
         self._workers: WorkerPool | None = None
         if num_workers is None:
             num_workers = os.cpu_count() or 1
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-            raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
-        if num_workers > _ring.MAX_WORKERS:
-            raise ValueError(f"num_workers must be <= {_ring.MAX_WORKERS}, got {num_workers}")
-        if start_method not in (None, "fork", "forkserver", "spawn"):
-            raise ValueError(
-                f"start_method must be None, 'fork', 'forkserver' or 'spawn', got {start_method!r}"
-            )
-        if worker_init is not None and not callable(worker_init):
-            raise TypeError(f"worker_init must be callable, got {type(worker_init).__name__}")
-        if seed is None:
-            import numpy as np
-
-            seed = int(np.random.SeedSequence().entropy % (2**63))  # type: ignore[operator]
-        elif isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
+        seed = check_worker_args(num_workers, start_method, worker_init, seed, min_workers=1)
         self.seed = seed
         self._workers = WorkerPool(num_workers, start_method, worker_init, seed)
         # Loaders' finalizers (exitpriority 10) run before this one at interpreter exit.

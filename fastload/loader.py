@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ._errors_remote import rebuild_exception
-from ._pool import _POLL_INTERVAL_S, Pool, WorkerPool, exit_code_name
+from ._pool import _POLL_INTERVAL_S, Pool, WorkerPool, check_worker_args, exit_code_name
 from . import _worker
 from ._worker import pack_exception, pack_getitems
 from .errors import LoaderClosedError, LoaderTimeoutError, WorkerDied, WorkerError
@@ -961,28 +961,13 @@ class Loader:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if num_workers is None and pool is None:
             num_workers = os.cpu_count() or 1
-        if num_workers is not None and (
-            isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0
-        ):
-            raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
-        if num_workers is not None and num_workers > _ring.MAX_WORKERS:
-            raise ValueError(f"num_workers must be <= {_ring.MAX_WORKERS}, got {num_workers}")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch must be an int >= 1, got {prefetch!r}")
         if isinstance(max_held, bool) or not isinstance(max_held, int) or max_held < 0:
             raise ValueError(f"max_held must be an int >= 0, got {max_held!r}")
         if timeout is not None and not (timeout > 0):
             raise ValueError(f"timeout must be None or > 0 seconds, got {timeout!r}")
-        if start_method not in (None, "fork", "forkserver", "spawn"):
-            raise ValueError(
-                f"start_method must be None, 'fork', 'forkserver' or 'spawn', got {start_method!r}"
-            )
-        if worker_init is not None and not callable(worker_init):
-            raise TypeError(f"worker_init must be callable, got {type(worker_init).__name__}")
-        if seed is None:
-            seed = int(np.random.SeedSequence().entropy % (2**63))  # type: ignore[operator]
-        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
+        seed = check_worker_args(num_workers, start_method, worker_init, seed, min_workers=0)
         if pool is not None:
             if not isinstance(pool, Pool):
                 raise TypeError(f"pool must be a fastload.Pool, got {type(pool).__name__}")
