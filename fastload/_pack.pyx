@@ -335,6 +335,11 @@ cdef class Packer:
         if kind == K_BOOL and t is bool:
             (<uint8_t *>dst)[0] = 1 if value else 0
             return 0
+        if (t is complex and dt.kind == "c" and dt.itemsize == 16 and dt.isnative
+                and not self._shapes[leaf]):  # the layout made complex128 of a Python complex
+            (<double *>dst)[0] = value.real
+            (<double *>dst)[1] = value.imag
+            return 0
         if t is not _ndarray:
             if t is int or t is float or t is bool or t is complex:
                 raise LayoutMismatchError(

@@ -522,7 +522,9 @@ class _Engine:
         assert pool is not None
         if not self.probe_sent:
             self._send_probe()
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        start = time.monotonic()
+        deadline = None if self.timeout is None else start + self.timeout
+        stall_at = None if self.stall is None else start + self.stall[0]
         while True:
             pool.pump(0, _POLL_INTERVAL_S)
             self._collect()
@@ -531,12 +533,17 @@ class _Engine:
             self._check_workers()
             if not self.probe_sent:
                 self._send_probe()
-            if deadline is not None and time.monotonic() >= deadline:
-                raise LoaderTimeoutError(
-                    f"no batch within timeout={self.timeout}s: worker 0 (pid {pool.pid_of(0)}) "
-                    f"is still loading sample index {self.probe_index} (the first sample, which "
-                    "sets the batch layout)"
-                )
+            now = time.monotonic()
+            why = (
+                f"worker 0 (pid {pool.pid_of(0)}) is still loading sample index "
+                f"{self.probe_index} (the first sample, which sets the batch layout)"
+            )
+            if deadline is not None and now >= deadline:
+                raise LoaderTimeoutError(f"no batch within timeout={self.timeout}s: {why}")
+            if stall_at is not None and now >= stall_at:
+                stall_at = None
+                assert self.stall is not None
+                self.stall[1](why)
         lay = self.layout
         assert lay is not None
         ctl = _ring.control_nbytes(self.nslots)

@@ -424,3 +424,18 @@ class HangAt(_Misbehave):
 
     def misbehave(self) -> None:
         time.sleep(self.seconds)
+
+
+class SlowAt:
+    """Sample i: i; loading the indices in ``slow`` takes ``seconds``."""
+
+    def __init__(self, n: int, slow: tuple[int, ...], seconds: float) -> None:
+        self.n, self.slow, self.seconds = n, slow, seconds
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if i in self.slow:
+            time.sleep(self.seconds)
+        return i

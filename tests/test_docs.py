@@ -4,7 +4,7 @@ Every ```python block in the checked documents is preceded by a marker line:
 
     <!-- docs-test: run -->               executed; must exit 0
     <!-- docs-test: requires torch -->    executed when that module is installed, else skipped
-    <!-- docs-test: skip (reason) -->     shown only (e.g. Chainer, which CI does not install)
+    <!-- docs-test: skip (reason) -->     shown only (e.g. a signature)
 
 A block without a marker fails the test, so that no example goes unchecked by accident. Each
 block runs as a script of its own in a fresh interpreter (as a user would run it; with spawn or

@@ -196,6 +196,7 @@ def test_awkward_memory_layouts(nw):
         (lambda i: i, np.int64),
         (lambda i: i * 0.5, np.float64),
         (lambda i: i % 3 == 0, np.bool_),
+        (lambda i: complex(i, -1), np.complex128),
         (lambda i: np.int8(i), np.int8),
         (lambda i: np.uint16(i), np.uint16),
         (lambda i: np.float16(i), np.float16),
@@ -204,7 +205,7 @@ def test_awkward_memory_layouts(nw):
         (lambda i: np.array(i, np.float32), np.float32),
         (lambda i: np.array(i, ">u4"), np.uint32),
     ],
-    ids=["int", "float", "bool", "int8", "uint16", "float16", "complex64", "np.bool_", "0d-f32",
+    ids=["int", "float", "bool", "complex", "int8", "uint16", "float16", "complex64", "np.bool_", "0d-f32",
          "0d-swapped"],
 )
 def test_scalar_leaves_in_process(leaf, dtype):
@@ -736,3 +737,21 @@ def test_iterating_a_temporary_loader(nw):
     # iterator must keep it (and its workers) alive until the epoch ends.
     got = [b.tolist() for b in fastload.Loader(Range(7), 3, num_workers=nw)]
     assert got == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+def test_stall_hook_reports_late_batches_and_keeps_waiting():
+    # The private hook behind compat.chainer's dataset_timeout warning: called once per batch
+    # that takes longer than the limit (the first sample's layout probe included), while the
+    # wait goes on and the batches stay right.
+    from _helpers import SlowAt
+
+    late: list[str] = []
+    ds = SlowAt(12, (0, 8), 0.6)
+    with fastload.Loader(ds, 2, num_workers=1, _stall=(0.15, late.append)) as loader:
+        assert [b.tolist() for b in loader] == [[2 * k, 2 * k + 1] for k in range(6)]
+    # the probe loads sample 0 for the layout, then batch 0 loads it again, then batch 4 (8, 9)
+    assert len(late) == 3, late
+    assert "sample index 0" in late[0] and "first sample" in late[0]
+    assert "sample index 0 (row 0 of 2 in this batch)" in late[1]
+    assert "sample index 8 (row 0 of 2 in this batch)" in late[2] and "worker 0" in late[2]
