@@ -68,8 +68,7 @@ class RingIndex:
 
 BELL_NBYTES: int
 
-@disjoint_base
-class Bell:
+class Bell:  # no fields of its own beyond its (private) base's: not a disjoint base
     # A cdef class takes its constructor arguments in __cinit__, i.e. in tp_new.
     def __new__(cls, buffer: Any, *, create: bool = False) -> Self: ...
     def close(self) -> None: ...

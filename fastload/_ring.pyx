@@ -61,41 +61,21 @@ def state_bits(uint32_t word):
     return FL_STATE_BITS(word), FL_OWNER_BITS(word), FL_GEN_BITS(word)
 
 
-cdef class RingIndex:
-    """A ring over a writable buffer (the whole shared region).
-
-    ``RingIndex(buffer)`` attaches to a formatted region; ``RingIndex.create(...)`` formats it.
-    The buffer stays exported (so it cannot be unmapped) until :meth:`close`.
-    """
+cdef class _Mapped:
+    """A writable buffer, kept exported (so it cannot be unmapped) until :meth:`close`; the base
+    of the classes over shared memory below. Every method of a closed one raises ValueError."""
     cdef Py_buffer _view
     cdef bint _has_view
     cdef void *_mem
     cdef size_t _nbytes
-    cdef readonly uint32_t nslots
-    cdef readonly uint64_t slot_bytes
-    cdef readonly uint64_t data_offset
+    cdef str _what
 
-    def __cinit__(self, buffer, *, bint _format=False, uint32_t nslots=0, uint64_t slot_bytes=0,
-                  uint64_t data_offset=0, int64_t creator_pid=0):
+    def __cinit__(self, buffer, *args, **kwargs):
         PyObject_GetBuffer(buffer, &self._view, PyBUF_WRITABLE | PyBUF_SIMPLE)
         self._has_view = True
         self._mem = self._view.buf
         self._nbytes = <size_t>self._view.len
-        if _format:
-            _check(fl_ring_init(self._mem, self._nbytes, nslots, slot_bytes, data_offset,
-                                creator_pid), "formatting the shared region")
-        _check(fl_ring_attach(self._mem, self._nbytes), "attaching to the shared region")
-        cdef fl_header *h = <fl_header *>self._mem
-        self.nslots = h.nslots
-        self.slot_bytes = h.slot_bytes
-        self.data_offset = h.data_offset
-
-    @classmethod
-    def create(cls, buffer, uint32_t nslots, uint64_t slot_bytes, uint64_t data_offset,
-               int64_t creator_pid):
-        """Format ``buffer`` as a ring of ``nslots`` slots of ``slot_bytes`` at ``data_offset``."""
-        return cls(buffer, _format=True, nslots=nslots, slot_bytes=slot_bytes,
-                   data_offset=data_offset, creator_pid=creator_pid)
+        self._what = type(self).__name__
 
     def __dealloc__(self):
         if self._has_view:
@@ -115,8 +95,39 @@ cdef class RingIndex:
 
     cdef inline void *_m(self) except NULL:
         if self._mem == NULL:
-            raise ValueError("the ring is closed")
+            raise ValueError(f"the {self._what} is closed")
         return self._mem
+
+
+cdef class RingIndex(_Mapped):
+    """A ring over a writable buffer (the whole shared region).
+
+    ``RingIndex(buffer)`` attaches to a formatted region; ``RingIndex.create(...)`` formats it.
+    The buffer stays exported (so it cannot be unmapped) until :meth:`close`.
+    """
+    cdef readonly uint32_t nslots
+    cdef readonly uint64_t slot_bytes
+    cdef readonly uint64_t data_offset
+
+    def __cinit__(self, buffer, *, bint _format=False, uint32_t nslots=0, uint64_t slot_bytes=0,
+                  uint64_t data_offset=0, int64_t creator_pid=0):
+        self._what = "ring"
+        if _format:
+            _check(fl_ring_init(self._mem, self._nbytes, nslots, slot_bytes, data_offset,
+                                creator_pid), "formatting the shared region")
+        _check(fl_ring_attach(self._mem, self._nbytes), "attaching to the shared region")
+        cdef fl_header *h = <fl_header *>self._mem
+        self.nslots = h.nslots
+        self.slot_bytes = h.slot_bytes
+        self.data_offset = h.data_offset
+
+    @classmethod
+    def create(cls, buffer, uint32_t nslots, uint64_t slot_bytes, uint64_t data_offset,
+               int64_t creator_pid):
+        """Format ``buffer`` as a ring of ``nslots`` slots of ``slot_bytes`` at ``data_offset``."""
+        return cls(buffer, _format=True, nslots=nslots, slot_bytes=slot_bytes,
+                   data_offset=data_offset, creator_pid=creator_pid)
+
 
     cdef inline int _slot_ok(self, long long slot) except -1:
         if slot < 0 or slot >= self.nslots:
@@ -273,45 +284,18 @@ cdef class RingIndex:
 BELL_NBYTES = fl_bell_nbytes()
 
 
-cdef class Bell:
+cdef class Bell(_Mapped):
     """The doorbell of a fastload.Pool (csrc/fl_bell.h) over a writable buffer.
 
     Workers read :meth:`value`, look for work in every ring, and :meth:`wait` if they found
     none; loaders :meth:`ring` after queueing. ``Bell(buffer, create=True)`` formats it.
     """
-    cdef Py_buffer _view
-    cdef bint _has_view
-    cdef void *_mem
 
     def __cinit__(self, buffer, *, bint create=False):
-        PyObject_GetBuffer(buffer, &self._view, PyBUF_WRITABLE | PyBUF_SIMPLE)
-        self._has_view = True
-        self._mem = self._view.buf
-        cdef size_t n = <size_t>self._view.len
+        self._what = "bell"
         if create:
-            _check(fl_bell_init(self._mem, n), "formatting the pool's bell")
-        _check(fl_bell_attach(self._mem, n), "attaching to the pool's bell")
-
-    def __dealloc__(self):
-        if self._has_view:
-            PyBuffer_Release(&self._view)
-            self._has_view = False
-
-    def close(self):
-        """Drop the buffer export (idempotent). Every other method then raises ValueError."""
-        if self._has_view:
-            self._mem = NULL
-            PyBuffer_Release(&self._view)
-            self._has_view = False
-
-    @property
-    def closed(self):
-        return not self._has_view
-
-    cdef inline void *_m(self) except NULL:
-        if self._mem == NULL:
-            raise ValueError("the bell is closed")
-        return self._mem
+            _check(fl_bell_init(self._mem, self._nbytes), "formatting the pool's bell")
+        _check(fl_bell_attach(self._mem, self._nbytes), "attaching to the pool's bell")
 
     def value(self):
         """The counter; read it before looking for work."""
