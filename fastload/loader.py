@@ -524,7 +524,8 @@ class _Engine:
             self._send_probe()
         start = time.monotonic()
         deadline = None if self.timeout is None else start + self.timeout
-        stall_at = None if self.stall is None else start + self.stall[0]
+        stall_at: float | None = None  # counted from when worker 0 starts loading the sample
+        stalled = self.stall is None
         while True:
             pool.pump(0, _POLL_INTERVAL_S)
             self._collect()
@@ -540,10 +541,13 @@ class _Engine:
             )
             if deadline is not None and now >= deadline:
                 raise LoaderTimeoutError(f"no batch within timeout={self.timeout}s: {why}")
-            if stall_at is not None and now >= stall_at:
-                stall_at = None
+            if not stalled and self.probe_started:
                 assert self.stall is not None
-                self.stall[1](why)
+                if stall_at is None:  # a slow process start is not a slow dataset
+                    stall_at = now + self.stall[0]
+                elif now >= stall_at:
+                    stalled = True
+                    self.stall[1](why)
         lay = self.layout
         assert lay is not None
         ctl = _ring.control_nbytes(self.nslots)

@@ -83,6 +83,7 @@ except (ImportError, AttributeError) as _e:  # pragma: no cover - exercised in a
         f"--no-build-isolation chainer==7.8.1 (importing chainer failed: {_e!r})"
     ) from _e
 
+from fastload.compat._chainer_worker import _T_0D, _T_OBJ, _T_PY, _ChainerDataset
 from fastload.errors import LoaderClosedError
 from fastload.loader import Loader
 
@@ -108,49 +109,6 @@ _TIMEOUT_MESSAGE = (
     "https://docs.chainer.org/en/stable/reference/generated/"
     "chainer.iterators.MultiprocessIterator.html"
 )
-
-# Leaf tags, added in the worker and removed in the main process (one dict level each), so that
-# every sample comes back with the leaf types the dataset returned.
-_T_PY = "\x00fastload.py"  # a Python bool / int / float / complex: stacked, back via .tolist()
-_T_0D = "\x00fastload.0d"  # a 0-d array: stacked, back as a 0-d view
-_T_OBJ = "\x00fastload.obj"  # anything else, in an _Opaque: pickled whole, as Chainer's pool does
-_PY_NUMBERS = (bool, int, float, complex)
-
-
-class _Opaque:
-    """An object leaf fastload must not look into (a dict subclass, an array-like, ...)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_Opaque, (self.value,))
-
-
-def _encode(x: Any) -> Any:
-    """Worker side: tag the leaves whose type stacking would lose (see the tags above)."""
-    t = type(x)
-    if t is np.ndarray or t is np.memmap:
-        if x.dtype.hasobject:
-            return {_T_OBJ: _Opaque(x)}
-        return {_T_0D: x} if x.ndim == 0 else x
-    if isinstance(x, np.generic):
-        return x  # stacked; a row of the batch is again a NumPy scalar of its dtype
-    if t in _PY_NUMBERS:
-        # A Python complex as complex128: the packer takes Python bool / int / float only.
-        return {_T_PY: np.complex128(x) if t is complex else x}
-    if t is tuple:
-        return tuple([_encode(v) for v in x])
-    if t is list:
-        return [_encode(v) for v in x]
-    if t is dict:
-        return {k: _encode(v) for k, v in x.items()}
-    if isinstance(x, tuple) and hasattr(t, "_fields"):  # a namedtuple: fastload keeps its type
-        return t(*[_encode(v) for v in x])
-    return {_T_OBJ: _Opaque(x)}
-
 
 def _columns(x: Any, count: int) -> Any:
     """Main side: a sequence of ``count`` per-sample items of one node of a fastload batch."""
@@ -187,20 +145,6 @@ def _columns(x: Any, count: int) -> Any:
 
 def _samples(batch: Any, count: int) -> list[Any]:
     return list(_columns(batch, count))
-
-
-class _ChainerDataset:
-    """Picklable wrapper run in the workers: Chainer's index type, leaves tagged."""
-
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> Any:
-        # Chainer indexes with the elements of its index arrays (numpy.intp), not Python ints.
-        return _encode(self.dataset[np.intp(index)])
 
 
 _INIT_ATTRIBUTES = frozenset({
