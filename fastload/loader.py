@@ -594,8 +594,12 @@ class _Engine:
                 raise rebuild_exception(msg[1])
             elif kind == "dataset_error":
                 exc = rebuild_exception(msg[2])
+                what = pickle.loads(msg[2])["message"]  # without the traceback (in __cause__)
                 raise WorkerError(
-                    f"worker {i} could not unpickle the dataset: {type(exc).__name__}: {exc}"
+                    f"worker {i} could not unpickle the dataset: {type(exc).__name__}: {what}. "
+                    "A Loader on a shared fastload.Pool sends its dataset, pickled, to workers "
+                    "that are already running: its class must be importable there (define it "
+                    "in a module, or, with fork, in the main script before the Pool is created)"
                 ) from exc
 
     def _check_workers(self) -> None:

@@ -129,6 +129,12 @@ def test_many_loaders_on_one_pool_do_not_accumulate():
             with fastload.Loader(Tagged(9, k), 4, pool=pool) as loader:
                 assert [b.tolist() for b in loader][-1] == [8000 + k]
         assert _memfds_become(pids, 1)
+        # A worker may still be handling the last loader's attach/detach (an fd for a moment).
+        deadline = time.monotonic() + 5
+        while [len(os.listdir(f"/proc/{pid}/fd")) for pid in pids] != fds:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
         assert [len(os.listdir(f"/proc/{pid}/fd")) for pid in pids] == fds
         assert len(pool._workers.payloads) == 0 and len(pool._workers.inbox) == 0
 
@@ -337,3 +343,32 @@ def test_failing_worker_init_raises_every_time(shared):
     loader.close()
     if pool is not None:
         pool.close()
+
+
+def test_dataset_class_unknown_to_the_workers_is_a_clear_error(tmp_path):
+    # The class is defined after the pool's workers were forked: they cannot unpickle it.
+    script = tmp_path / "late.py"
+    script.write_text(
+        "import fastload, numpy as np\n"
+        "pool = fastload.Pool(1, start_method='fork')\n"
+        "class DS:\n"
+        "    def __len__(self): return 4\n"
+        "    def __getitem__(self, i): return np.float32(i)\n"
+        "loader = fastload.Loader(DS(), 2, pool=pool)\n"
+        "try:\n"
+        "    list(loader)\n"
+        "except fastload.WorkerError as e:\n"
+        "    print('ERROR', e)\n"
+        "pool.close()\n"
+    )
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("ERROR")][0]
+    assert "could not unpickle the dataset" in line and "Can't get attribute 'DS'" in line
+    assert "before the Pool is created" in line
