@@ -475,3 +475,54 @@ def test_stress_three_producers_one_consumer():
     ring.close()
     mm.close()
     assert elapsed < 60, elapsed
+
+
+# -- the pool's bell (csrc/fl_bell.h; the C tests cover its concurrency) ----------------------
+def test_bell_create_attach_and_errors():
+    m = mmap.mmap(-1, 4096)
+    with pytest.raises(fastload.LayoutMismatchError):
+        _ring.Bell(m)  # not formatted
+    bell = _ring.Bell(m, create=True)
+    other = _ring.Bell(m)  # a second view of the same bell, as a worker has
+    assert bell.value() == other.value() == 0
+    bell.ring()
+    assert other.value() == 1
+    assert bell.stats() == {"rings": 1, "wakes": 0, "waits": 0}  # nobody slept: no syscall
+    with pytest.raises(ValueError):
+        _ring.Bell(bytearray(8), create=True)  # smaller than the bell
+    other.close()
+    bell.close()
+    bell.close()  # idempotent
+    assert bell.closed
+    with pytest.raises(ValueError, match="the bell is closed"):
+        bell.value()
+    with pytest.raises(ValueError, match="the bell is closed"):
+        bell.ring()
+    m.close()  # no export left
+
+
+def test_bell_wait_returns_at_once_timeout_or_ring():
+    m = mmap.mmap(-1, 4096)
+    bell = _ring.Bell(m, create=True)
+    seen = bell.value()
+    assert bell.wait(seen + 1, 10.0) is True  # the counter already moved: no sleep
+    t = time.monotonic()
+    assert bell.wait(seen, 0.05) is False
+    assert time.monotonic() - t >= 0.04
+    assert bell.wait(seen, 0.0) is False and bell.wait(seen, float("nan")) is False
+
+    def ring_soon():
+        time.sleep(0.05)
+        bell.ring()
+
+    th = threading.Thread(target=ring_soon)
+    th.start()
+    t = time.monotonic()
+    assert bell.wait(seen, 30.0) is True  # the GIL is released while it sleeps
+    assert time.monotonic() - t < 10
+    th.join()
+    assert bell.stats()["waits"] >= 1
+    bell.stop()
+    assert bell.wait(bell.value(), 30.0) is None  # stopped: at once
+    bell.close()
+    m.close()
