@@ -230,24 +230,23 @@ class WorkerPool:
             box.clear()
             return out
 
-    def send(self, i: int, msg: tuple[Any, ...]) -> None:
-        conn = self.conns[i]
-        assert conn is not None
-        conn.send(msg)
-        if msg[0] not in ("bell", "attach"):  # attach: rung once its fd has followed
-            self.wake()
+    def send(self, i: int, msg: tuple[Any, ...], fd: int | None = None) -> None:
+        """Send ``msg`` to worker i, then ``fd`` (SCM_RIGHTS) if given, as one unit: loaders in
+        different threads may share the pool, and a worker reads an fd right after its message.
+        Then wake the workers that sleep on the bell, so they read it now."""
+        with self.lock:
+            conn, p = self.conns[i], self.procs[i]
+            assert conn is not None and p is not None
+            conn.send(msg)
+            if fd is not None:
+                send_handle(conn, fd, p.pid)
+        self.wake()
 
     def wake(self) -> None:
         """Wake every worker sleeping on the bell, so it reads its pipe now rather than after
         its wait times out (a probe or a new loader's region while other loaders are idle)."""
         if not self.bell.closed:
             self.bell.ring(True)
-
-    def send_fd(self, i: int, fd: int) -> None:
-        conn, p = self.conns[i], self.procs[i]
-        assert conn is not None and p is not None
-        send_handle(conn, fd, p.pid)
-        self.wake()
 
     # -- workers -----------------------------------------------------------------------------
     def start_worker(self, i: int) -> None:
@@ -288,8 +287,7 @@ class WorkerPool:
         self.procs[i] = p
         self.conns[i] = parent_conn
         try:
-            self.send(i, ("bell", self.bell_region.nbytes))
-            self.send_fd(i, self.bell_region.fd)
+            self.send(i, ("bell", self.bell_region.nbytes), self.bell_region.fd)
             for cid in self.payloads:
                 self._send_dataset(i, cid)
         except (OSError, EOFError):

@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import pickle
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -175,7 +176,11 @@ class _Engine:
         self.counters = {"copied_batches": 0, "spilled_batches": 0, "worker_restarts": 0}
         self.pool: WorkerPool | None = None
         self.shared_pool = pool  # a fastload.Pool (kept alive while this loader is), or None
-        self.pending: BaseException | None = None  # found by another client's worker check
+        # NOTE [pool callbacks]: workers_died / workers_restarted run in whichever thread checks
+        # the pool (another loader's, maybe): they only append here, reclaim slots (one CAS in
+        # C each) and send attach messages; this loader raises what they found, in its thread.
+        self.pending: deque[BaseException] = deque()
+        self._msg_lock = threading.Lock()  # _collect may run in another loader's thread
         self.probe_sent = False
         self.probe_started = False  # worker 0 said it began loading the probe sample
         self.probe_index = -1
@@ -355,7 +360,7 @@ class _Engine:
     def _worker_batch(self, epoch: int) -> Any:
         if self.ring is None:
             self._setup_region()
-        if self.pending is not None or time.monotonic() - self._last_check > _POLL_INTERVAL_S:
+        if self.pending or time.monotonic() - self._last_check > _POLL_INTERVAL_S:
             self._check_workers()  # also while data flows: a worker may have died idle
         self._refill()
         seq, slot, task_epoch, b = self.inflight[0]
@@ -566,41 +571,51 @@ class _Engine:
         pool = self.pool
         assert pool is not None and self.region is not None
         try:
-            pool.send(i, ("attach", self.cid, self.layout, self.region.nbytes))
-            pool.send_fd(i, self.region.fd)
+            pool.send(i, ("attach", self.cid, self.layout, self.region.nbytes), self.region.fd)
         except (OSError, EOFError, AssertionError):
             pass  # died meanwhile: _check_workers restarts it
 
     def _collect(self) -> None:
         """Take the messages the pool routed to this loader: keep batch errors and spills for
-        the slots they concern; raise what stops the loader from starting."""
+        the slots they concern; raise what stops the loader from starting (after keeping the
+        rest)."""
         assert self.pool is not None
-        for i, msg in self.pool.take(self.cid):
-            kind = msg[0]
-            if kind in ("error", "spill"):
-                # Keyed by (slot, generation): the worker sends its CLAIMED state word, the
-                # parent holds the READY/FAILED one; both carry the same generation.
-                self.msgs[(msg[2], msg[3] >> 16)] = msg
-            elif kind == "probe_start":
-                self.probe_started = True
-            elif kind == "layout":
-                if self.layout is None:
-                    self.layout = msg[2]
-            elif kind == "probe_error":
-                self.probe_sent = False
-                raise rebuild_exception(msg[2])
-            elif kind == "init_error":
-                self.probe_sent = False
-                raise rebuild_exception(msg[1])
-            elif kind == "dataset_error":
-                exc = rebuild_exception(msg[2])
-                what = pickle.loads(msg[2])["message"]  # without the traceback (in __cause__)
-                raise WorkerError(
-                    f"worker {i} could not unpickle the dataset: {type(exc).__name__}: {what}. "
-                    "A Loader on a shared fastload.Pool sends its dataset, pickled, to workers "
-                    "that are already running: its class must be importable there (define it "
-                    "in a module, or, with fork, in the main script before the Pool is created)"
-                ) from exc
+        first: BaseException | None = None
+        with self._msg_lock:  # NOTE [pool callbacks]
+            for i, msg in self.pool.take(self.cid):
+                try:
+                    self._note(i, msg)
+                except BaseException as e:
+                    first = first or e
+        if first is not None:
+            raise first
+
+    def _note(self, i: int, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        if kind in ("error", "spill"):
+            # Keyed by (slot, generation): the worker sends its CLAIMED state word, the
+            # parent holds the READY/FAILED one; both carry the same generation.
+            self.msgs[(msg[2], msg[3] >> 16)] = msg
+        elif kind == "probe_start":
+            self.probe_started = True
+        elif kind == "layout":
+            if self.layout is None:
+                self.layout = msg[2]
+        elif kind == "probe_error":
+            self.probe_sent = False
+            raise rebuild_exception(msg[2])
+        elif kind == "init_error":
+            self.probe_sent = False
+            raise rebuild_exception(msg[1])
+        elif kind == "dataset_error":
+            exc = rebuild_exception(msg[2])
+            what = pickle.loads(msg[2])["message"]  # without the traceback (in __cause__)
+            raise WorkerError(
+                f"worker {i} could not unpickle the dataset: {type(exc).__name__}: {what}. "
+                "A Loader on a shared fastload.Pool sends its dataset, pickled, to workers "
+                "that are already running: its class must be importable there (define it "
+                "in a module, or, with fork, in the main script before the Pool is created)"
+            ) from exc
 
     def _check_workers(self) -> None:
         """Detect dead workers (of the pool, whichever loader they were serving), have them
@@ -610,8 +625,9 @@ class _Engine:
             return
         self._last_check = time.monotonic()
         pool.check()
-        exc, self.pending = self.pending, None
-        if exc is not None:
+        if self.pending:
+            exc = self.pending.popleft()
+            self.pending.clear()  # one error at a time: the rest concern the same deaths
             raise exc
 
     def workers_died(self, deaths: list[tuple[int, int | None, int | None]]) -> None:
@@ -630,7 +646,7 @@ class _Engine:
         try:
             self._collect()
         except BaseException as e:  # an init or probe error: raise it rather than a death
-            self.pending = e
+            self.pending.append(e)
             return
         for i, pid, code in deaths:
             lost = []
@@ -674,19 +690,19 @@ class _Engine:
                 self.ring.reclaim_slot(s, i, not (fatal and epoch == self.active_epoch))
         report = "; ".join(reports)
         if startup_failure is not None and not fatal:
-            self.pending = WorkerDied(startup_failure)
+            self.pending.append(WorkerDied(startup_failure))
         elif not fatal:
             log.warning("%s; restarted it%s", report, " and re-queued its batch" if held else "")
         elif self.on_worker_death == "restart":
-            self.pending = WorkerDied(
+            self.pending.append(WorkerDied(
                 f"{report}. Sample index {worst[0]} killed a worker {worst[1]} times; giving up "
                 "on this epoch (the worker was restarted)."
-            )
+            ))
         else:
-            self.pending = WorkerDied(
+            self.pending.append(WorkerDied(
                 f"{report}. It was restarted; this epoch was stopped, the next one runs normally "
                 "(pass on_worker_death='restart' to recompute the lost batch instead)."
-            )
+            ))
 
     def workers_restarted(self, restarted: list[int]) -> None:
         """The pool restarted these workers (they have this loader's dataset again)."""
@@ -694,7 +710,6 @@ class _Engine:
         if self.ring is not None:
             for i in restarted:
                 self._attach(i)
-            self._reap_stale()
 
     def _reap_stale(self) -> None:
         """Free the slots of abandoned tasks that no worker holds any more."""

@@ -372,3 +372,40 @@ def test_dataset_class_unknown_to_the_workers_is_a_clear_error(tmp_path):
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("ERROR")][0]
     assert "could not unpickle the dataset" in line and "Can't get attribute 'DS'" in line
     assert "before the Pool is created" in line
+
+
+def test_two_loaders_in_two_threads(tmp_path):
+    # A shared pool's loaders may live in different threads (e.g. validation in the background),
+    # including when a worker dies and is restarted under both of them.
+    import threading
+
+    flag = str(tmp_path / "killed")
+    ds_a, ds_b = KillAt(300, 123, flag_path=flag), Tagged(200, 9)
+    want_b = _expected(ds_b, 8, 3, shuffle=True, seed=4)
+    results: dict[str, object] = {}
+    with fastload.Pool(2) as pool:
+        a = fastload.Loader(ds_a, 8, pool=pool, on_worker_death="restart")
+        b = fastload.Loader(ds_b, 8, shuffle=True, seed=4, pool=pool)
+
+        def run(name, loader, fn):
+            try:
+                results[name] = [[fn(x) for x in loader] for _ in range(3)]
+            except BaseException as e:  # reported below
+                results[name] = e
+
+        threads = [
+            threading.Thread(target=run, args=("a", a, lambda x: x[0].tolist())),
+            threading.Thread(target=run, args=("b", b, lambda x: x.tolist())),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(MP_TIMEOUT)
+        assert not any(t.is_alive() for t in threads)
+        assert not isinstance(results["a"], BaseException), results["a"]
+        assert not isinstance(results["b"], BaseException), results["b"]
+        assert [sum(ep, []) for ep in results["a"]] == [list(range(300))] * 3
+        assert results["b"] == want_b
+        assert pool._workers.restarts == 1
+        a.close()
+        b.close()
