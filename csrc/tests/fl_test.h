@@ -16,6 +16,8 @@
 #endif
 
 #include <assert.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,24 @@ typedef struct fl_test_case {
 } fl_test_case;
 
 #define FL_TEST(fn) {#fn, fn}
+
+/* The n-th CPU this process may run on (-1 if there are not that many). */
+static inline int nth_allowed_cpu(int n) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set) && n-- == 0) return c;
+    return -1;
+}
+
+/* Pin the calling thread to cpu (best effort; cpu < 0: leave it). */
+static inline void pin_self(int cpu) {
+    if (cpu < 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
 
 static inline double fl_test_now_s(void) {
     struct timespec ts;

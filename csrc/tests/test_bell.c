@@ -621,23 +621,6 @@ typedef struct stress_arg {
     int cpu; /* pin to this CPU if >= 0 */
 } stress_arg;
 
-/* The n-th CPU this process may run on (-1 if there are not that many). */
-static int nth_allowed_cpu(int n) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
-    for (int c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &set) && n-- == 0) return c;
-    return -1;
-}
-
-/* Pin the calling thread (best effort). */
-static void pin_self(int cpu) {
-    if (cpu < 0) return;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-}
 
 /* Spin for a log-uniform delay of 0 or 128 ns .. 64 us, so that rings land anywhere in the
  * consumers' read-scan-announce-sleep sequence. */

@@ -1397,22 +1397,6 @@ typedef struct pp_worker {
     uint64_t timeouts, done;
 } pp_worker;
 
-/* The n-th CPU this thread may run on (-1 if there are not that many). */
-static int nth_allowed_cpu(int n) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
-    for (int c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &set) && n-- == 0) return c;
-    return -1;
-}
-
-static void pin_self(int cpu) {
-    if (cpu < 0) return;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* best effort */
-}
 
 static void *pp_worker_main(void *arg) {
     pp_worker *w = arg;
