@@ -627,3 +627,31 @@ def test_trainer_with_evaluator(tmp_path) -> None:
         assert it == ref[0] == 10
         assert log == ref[1], kind
         assert np.array_equal(w, ref[2]), kind
+
+
+@needs_chainer
+def test_iterators_share_a_fastload_pool() -> None:
+    # pool= (a fastload extra): the train and test iterators, and Evaluator-style copies, use
+    # the pool's workers; batches are the same as with workers of their own.
+    with fastload.Pool(2) as pool:
+        train = make("ours", Tuples(10), 4, "roll", pool=pool)
+        test = make("ours", Ints(7), 3, None, repeat=False, shuffle=False, pool=pool)
+        ref_train = make("serial", Tuples(10), 4, "roll")
+        ref_test = make("serial", Ints(7), 3, None, repeat=False, shuffle=False)
+        got_train, got_test = trace(train, 4), trace(test, 4)  # both loaders are live
+        same_trace(got_train, trace(ref_train, 4))
+        same_trace(got_test, trace(ref_test, 4))
+        c = copy.copy(train)
+        same_trace(trace(c, 3), trace(copy.copy(ref_train), 3))
+        pids = {p.pid for p in pool._workers.procs}
+        with make("ours", Pid(), 8, "seq", pool=pool) as where:
+            assert {int(x) for x in where.next()} <= pids  # loaded by the pool's workers
+        for it in (train, test, c):
+            assert it._loader is not None and it._loader._engine.shared_pool is pool
+            it.finalize()
+        assert not pool.closed  # finalize() leaves the pool running
+        with pickle.loads(pickle.dumps(make("ours", Tuples(10), 4, "roll", pool=pool))) as own:
+            own.next()
+            assert own._loader._engine.shared_pool is None  # pools do not pickle: own workers
+    with pytest.raises(TypeError, match="fastload.Pool"):
+        make("ours", Tuples(10), 4, "roll", pool=2)

@@ -59,7 +59,9 @@ What differs from Chainer's iterator:
 * Workers start at the first ``next()`` and are seeded per worker (``random``, ``np.random``),
   where Chainer's forked pool workers all inherit the parent's NumPy random state.
 
-Extra keyword arguments ``max_held`` and ``copy`` are passed to :class:`fastload.Loader`.
+Extra keyword arguments ``max_held``, ``copy`` and ``pool`` are passed to :class:`fastload.Loader`:
+with ``pool=fastload.Pool(n)`` the train and test iterators (and the copies Chainer's
+``Evaluator`` makes) share that pool's ``n`` workers instead of starting ``n_processes`` each.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ except (ImportError, AttributeError) as _e:  # pragma: no cover - exercised in a
         f"--no-build-isolation chainer==7.8.1 (importing chainer failed: {_e!r})"
     ) from _e
 
+from fastload._pool import Pool
 from fastload.compat._chainer_worker import _T_0D, _T_OBJ, _T_PY, _ChainerDataset
 from fastload.errors import LoaderClosedError
 from fastload.loader import Loader
@@ -165,8 +168,9 @@ class MultiprocessIterator(_ChainerIterator):  # type: ignore[misc]
     (shuffle unless an ``order_sampler`` is given), ``n_processes=None`` (the CPU count),
     ``n_prefetch=1`` (batches in flight per worker), ``shared_mem=None`` (ignored),
     ``order_sampler=None``, ``dataset_timeout=30.0`` (seconds before a ``TimeoutWarning``;
-    None: never), ``maxtasksperchild=None`` (no effect). Keyword-only extras ``max_held=3`` and
-    ``copy=False`` are :class:`fastload.Loader`'s.
+    None: never), ``maxtasksperchild=None`` (no effect). Keyword-only extras ``max_held=3``,
+    ``copy=False`` and ``pool=None`` (a :class:`fastload.Pool` to share) are
+    :class:`fastload.Loader`'s.
     """
 
     TimeoutWarning = _TimeoutWarning
@@ -175,6 +179,7 @@ class MultiprocessIterator(_ChainerIterator):  # type: ignore[misc]
     _finalized = False
     _loader: Loader | None = None
     _block: Any = None
+    _pool: Pool | None = None  # also what an unpickled iterator has (pools do not pickle)
 
     def __init__(
         self,
@@ -191,6 +196,7 @@ class MultiprocessIterator(_ChainerIterator):  # type: ignore[misc]
         *,
         max_held: int = 3,
         copy: bool = False,
+        pool: Pool | None = None,
     ) -> None:
         # -- Chainer's attributes and validation (chainer/iterators/multiprocess_iterator.py) --
         self.dataset = dataset
@@ -233,6 +239,11 @@ class MultiprocessIterator(_ChainerIterator):  # type: ignore[misc]
             )
         self._max_held = max_held
         self._copy = copy
+        if pool is not None and not isinstance(pool, Pool):
+            raise TypeError(f"pool must be a fastload.Pool, got {type(pool).__name__}")
+        # A shared pool (train and test iterators, Evaluator copies): its workers, not
+        # n_processes of our own. Not pickled: an unpickled iterator starts its own workers.
+        self._pool = pool
         self._initialize_loop()
 
     def _initialize_loop(self) -> None:
@@ -371,10 +382,12 @@ class MultiprocessIterator(_ChainerIterator):  # type: ignore[misc]
         stall = None
         if self.dataset_timeout is not None:
             stall = (float(self.dataset_timeout), _warn_stalled)
+        pool = self._pool if self._pool is not None and not self._pool.closed else None
         return Loader(
             _ChainerDataset(self.dataset),
             self._bs,
-            num_workers=self.n_processes,
+            num_workers=self.n_processes if pool is None else None,
+            pool=pool,
             prefetch=self.n_prefetch,
             max_held=self._max_held,
             copy=self._copy,
@@ -400,7 +413,7 @@ class MultiprocessIterator(_ChainerIterator):  # type: ignore[misc]
             self.dataset, self.batch_size, self.repeat, shuffle=None,
             n_processes=self.n_processes, n_prefetch=self.n_prefetch,
             shared_mem=self.shared_mem, order_sampler=self.order_sampler,
-            max_held=self._max_held, copy=self._copy)
+            max_held=self._max_held, copy=self._copy, pool=self._pool)
         other._reset_state(self.current_position, self.epoch,
                            self.is_new_epoch, self._state.order)
         other._previous_epoch_detail = self._previous_epoch_detail
