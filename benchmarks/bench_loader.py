@@ -158,9 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                 for attempt in range(3):
                     t0 = time.monotonic()
                     try:
-                        res = _bench.run_case_subprocess(
-                            case, argv=[sys.executable, script, "--case"], timeout=args.timeout,
-                            pss_interval=args.pss_interval)
+                        res = _common.run_case_subprocess(script, case, timeout=args.timeout,
+                                                          pss_interval=args.pss_interval)
                     except RuntimeError as e:
                         print(f"  {name:<12} repeat {r + 1}: FAILED\n{e}", file=sys.stderr)
                         out.write("error", {"case": case, "repeat": r, "error": str(e)})
