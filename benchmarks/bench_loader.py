@@ -100,8 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if not have_torch:
         print("note: torch is not installed; skipping the torch DataLoader", file=sys.stderr)
     json_path = None if args.json == "-" else (args.json or _common.default_json_path("loader"))
-    out_prefix = None if args.out == "-" else (args.out or os.path.join(
-        _common.RESULTS_DIR, f"loader-{args.workload}{'-quick' if args.quick else ''}"))
+    out_prefix = _out_prefix(args.out, args)
     out = _common.JsonLines(json_path)
     info = _common.machine_info()
     started = _dt.datetime.now()
@@ -262,10 +261,14 @@ def render_from_json(path: str, out: str | None) -> int:
     args = parse_args(argv)
     end.setdefault("command", " ".join(shlex.quote(a) for a in argv))
     started = _dt.datetime.fromisoformat(end.get("started") or info["time"])
-    out_prefix = None if out == "-" else (out or os.path.join(
-        _common.RESULTS_DIR, f"loader-{args.workload}{'-quick' if args.quick else ''}"))
-    write_outputs(args, info, started, summaries, end, out_prefix)
+    write_outputs(args, info, started, summaries, end, _out_prefix(out, args))
     return 0
+
+
+def _out_prefix(out: str | None, args: argparse.Namespace) -> str | None:
+    """``--out``: '-' for none, else PREFIX, by default results/loader-<workload>[-quick]."""
+    return None if out == "-" else (out or os.path.join(
+        _common.RESULTS_DIR, f"loader-{args.workload}{'-quick' if args.quick else ''}"))
 
 
 def _case_line(name: str, r: int, repeat: int, res: dict[str, Any], wall: float) -> str:
