@@ -869,7 +869,7 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
     st_ns = sum(epoch_ns[steady])
     st_samples = sum(samples_per_epoch[steady])
     st_bytes = sum(bytes_per_epoch[steady])
-    st_gaps = sorted(g for ge in gaps[steady] for g in ge)
+    st_gaps = [g for ge in gaps[steady] for g in ge]
     result = {
         "loader": kind,
         "workload": workload,
@@ -915,17 +915,11 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
     return result
 
 
-def _pcts(sorted_vals: list[int]) -> dict[str, float] | None:
-    if not sorted_vals:
+def _pcts(vals: list[int]) -> dict[str, float] | None:
+    if not vals:
         return None
-
-    def q(p: float) -> float:
-        k = (len(sorted_vals) - 1) * p
-        lo = int(k)
-        hi = min(lo + 1, len(sorted_vals) - 1)
-        return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (k - lo)
-
-    return {"p10": q(0.1), "p50": q(0.5), "p90": q(0.9), "max": float(sorted_vals[-1])}
+    return {"p10": _quantile(vals, 0.1), "p50": _quantile(vals, 0.5), "p90": _quantile(vals, 0.9),
+            "max": float(max(vals))}
 
 
 def case_entry(argv: list[str] | None = None) -> int:
