@@ -526,10 +526,7 @@ def machine_busy(seconds: float = 2.0) -> float | None:
     other containers on the same machine do not show in ``top`` but do in /proc/stat)."""
     a = _cpu_times()
     time.sleep(seconds)
-    b = _cpu_times()
-    if a is None or b is None or b[1] <= a[1]:
-        return None
-    return round((b[0] - a[0]) / (b[1] - a[1]), 3)
+    return _busy(a, _cpu_times())
 
 
 def wait_quiet(max_wait: float, threshold: float = 0.1, window: float = 3.0,
