@@ -74,13 +74,7 @@ def time_repeat(fn: Callable[[], Any], *, warmup: int = 1, repeat: int = 5) -> l
 # ---------------------------------------------------------------------------------------------
 def percentile(values: Sequence[float], p: float) -> float:
     """Linear-interpolated percentile, ``p`` in [0, 100] (NumPy's default method)."""
-    vals = sorted(v for v in values if v is not None and not math.isnan(v))
-    if not vals:
-        return math.nan
-    k = (len(vals) - 1) * p / 100.0
-    lo = math.floor(k)
-    hi = min(lo + 1, len(vals) - 1)
-    return vals[lo] + (vals[hi] - vals[lo]) * (k - lo)
+    return _bench._quantile(values, p / 100.0)
 
 
 def median(values: Sequence[float]) -> float:
@@ -90,18 +84,7 @@ def median(values: Sequence[float]) -> float:
 def summarize(values: Iterable[float | None]) -> dict[str, float]:
     """median / p10 / p90 / min / max / mean / n of the non-missing values."""
     vals = [float(v) for v in values if v is not None and not math.isnan(float(v))]
-    if not vals:
-        return {"n": 0, "median": math.nan, "p10": math.nan, "p90": math.nan,
-                "min": math.nan, "max": math.nan, "mean": math.nan}
-    return {
-        "n": len(vals),
-        "median": median(vals),
-        "p10": percentile(vals, 10),
-        "p90": percentile(vals, 90),
-        "min": min(vals),
-        "max": max(vals),
-        "mean": sum(vals) / len(vals),
-    }
+    return {**_bench._stat(vals), "mean": sum(vals) / len(vals) if vals else math.nan}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,25 +153,10 @@ def run_case_subprocess(
     )
 
 
-def fmt_rate(x: float | None) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if x >= 100:
-        return f"{x:,.0f}"
-    return f"{x:.1f}"
+fmt_rate = _bench._rate
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str | None = None) -> str:
     """A GitHub markdown table; ``align`` is one char per column, 'l' or 'r'."""
-    align = align or "l" + "r" * (len(header) - 1)
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
-              for i, h in enumerate(header)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(
-            str(c).ljust(w) if a == "l" else str(c).rjust(w) for c, w, a in zip(cells, widths, align)
-        ) + " |"
-
-    sep = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else (":" + "-" * (w + 1))
-                         for w, a in zip(widths, align)) + "|"
-    return "\n".join([line(header), sep, *(line(r) for r in rows)])
+    return _bench._md_table([str(h) for h in header], [[str(c) for c in r] for r in rows],
+                            align or "l" + "r" * (len(header) - 1))
