@@ -40,11 +40,7 @@ int fl_bell_ring(void *mem, int wake_all) {
     fl_bell *b = bell_of(mem);
     fl_atomic_fetch_add_acq_rel_u32(&b->counter, 1);
     fl_atomic_fetch_add_relaxed_u64(&b->n_rings, 1);
-    fl_atomic_fence_seq_cst(); /* NOTE [sleeping without lost wake-ups] (fl_ring.c) */
-    if (fl_atomic_load_relaxed_u32(&b->waiters) > 0) {
-        fl_atomic_fetch_add_relaxed_u64(&b->n_wakes, 1);
-        fl_wake_word(&b->counter, wake_all ? -1 : 1);
-    }
+    fl_wake_if_waiting(&b->counter, &b->waiters, wake_all ? -1 : 1, &b->n_wakes);
     return FL_OK;
 }
 
@@ -56,13 +52,7 @@ int fl_bell_wait(void *mem, uint32_t seen, int64_t timeout_ns) {
     if (timeout_ns <= 0) return FL_ETIMEOUT;
     int64_t now = fl_now_ns();
     int64_t deadline = timeout_ns > INT64_MAX - now ? INT64_MAX : now + timeout_ns;
-    fl_atomic_fetch_add_acq_rel_u32(&b->waiters, 1);
-    fl_atomic_fence_seq_cst(); /* NOTE [sleeping without lost wake-ups] (fl_ring.c) */
-    if (fl_atomic_load_acquire_u32(&b->counter) == seen && !fl_atomic_load_acquire_u32(&b->stop)) {
-        fl_atomic_fetch_add_relaxed_u64(&b->n_waits, 1);
-        fl_wait_word(&b->counter, seen, deadline - now);
-    }
-    fl_atomic_fetch_sub_acq_rel_u32(&b->waiters, 1);
+    fl_sleep_unless_changed(&b->counter, seen, &b->waiters, &b->stop, deadline - now, &b->n_waits);
     if (fl_atomic_load_acquire_u32(&b->stop)) return FL_ESTOPPED;
     if (fl_atomic_load_acquire_u32(&b->counter) != seen) return FL_OK;
     return fl_now_ns() >= deadline ? FL_ETIMEOUT : FL_OK;
@@ -73,8 +63,7 @@ int fl_bell_stop(void *mem) {
     fl_bell *b = bell_of(mem);
     fl_atomic_store_release_u32(&b->stop, 1);
     fl_atomic_fetch_add_acq_rel_u32(&b->counter, 1);
-    fl_atomic_fence_seq_cst();
-    fl_wake_word(&b->counter, -1);
+    fl_wake_if_waiting(&b->counter, &b->waiters, -1, NULL);
     return FL_OK;
 }
 

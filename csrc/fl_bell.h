@@ -2,7 +2,7 @@
  *
  * A pool's workers serve several rings (one per loader). A worker that finds no queued task in
  * any of its rings sleeps on the pool's bell instead of on one ring; every loader rings the bell
- * after queueing a task. The protocol (NOTE [sleeping without lost wake-ups] in fl_ring.c):
+ * after queueing a task. The protocol (NOTE [sleeping without lost wake-ups] in fl_wait.h):
  *   worker:  seen = fl_bell_value(); scan every ring; nothing? fl_bell_wait(seen, timeout)
  *   loader:  fl_ring_queue(...); fl_bell_ring()
  * A ring that happens between the read of `seen` and the sleep changes the counter, so the

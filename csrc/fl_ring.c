@@ -1,10 +1,6 @@
 /* fl_ring.c: the lock-free slot state machine (see fl_ring.h and fl_layout.h).
- *
- * NOTE [sleeping without lost wake-ups]
- * A sleeper announces itself (waiters += 1), issues a full fence, re-reads the word it will sleep
- * on and only then calls the kernel, which re-checks the word atomically. A waker changes the word,
- * issues a full fence and wakes only if it sees a waiter. Either the sleeper sees the new word, or
- * the waker sees the waiter: no wake-up is lost, and no system call is made when nobody sleeps. */
+ * Every sleep and wake-up goes through the two halves of NOTE [sleeping without lost wake-ups]
+ * in fl_wait.h. */
 #include "fl_ring.h"
 
 #include <string.h>
@@ -110,11 +106,7 @@ int fl_ring_queue(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32
     fl_atomic_store_release_u32(&s->state, FL_MAKE_STATE(FL_GEN_BITS(w) + 1, 0, FL_SLOT_QUEUED));
     fl_atomic_fetch_add_relaxed_u64(&h->n_queued, 1);
     fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
-    fl_atomic_fence_seq_cst(); /* NOTE [sleeping without lost wake-ups] */
-    if (fl_atomic_load_relaxed_u32(&h->task_waiters) > 0) {
-        fl_atomic_fetch_add_relaxed_u64(&h->n_futex_wakes, 1);
-        fl_wake_word(&h->queued_counter, 1);
-    }
+    fl_wake_if_waiting(&h->queued_counter, &h->task_waiters, 1, &h->n_futex_wakes);
     return FL_OK;
 }
 
@@ -167,14 +159,8 @@ int fl_ring_claim(void *mem, uint32_t worker_id, int64_t timeout_ns, uint32_t *s
             fl_cpu_relax();
             continue;
         }
-        fl_atomic_fetch_add_acq_rel_u32(&h->task_waiters, 1);
-        fl_atomic_fence_seq_cst(); /* NOTE [sleeping without lost wake-ups] */
-        if (fl_atomic_load_acquire_u32(&h->queued_counter) == c &&
-            !fl_atomic_load_acquire_u32(&h->stop)) {
-            fl_atomic_fetch_add_relaxed_u64(&h->n_futex_waits, 1);
-            fl_wait_word(&h->queued_counter, c, left);
-        }
-        fl_atomic_fetch_sub_acq_rel_u32(&h->task_waiters, 1);
+        fl_sleep_unless_changed(&h->queued_counter, c, &h->task_waiters, &h->stop, left,
+                                &h->n_futex_waits);
     }
 }
 
@@ -188,11 +174,7 @@ int fl_ring_publish(void *mem, uint32_t slot, uint32_t claimed_state, int ok) {
                                   ok ? FL_SLOT_READY : FL_SLOT_FAILED);
     if (!fl_atomic_cas_acq_rel_u32(&s->state, &expected, want)) return FL_ESTATE;
     fl_atomic_fetch_add_relaxed_u64(&h->n_published, 1);
-    fl_atomic_fence_seq_cst(); /* NOTE [sleeping without lost wake-ups] */
-    if (fl_atomic_load_relaxed_u32(&h->ready_waiters) > 0) {
-        fl_atomic_fetch_add_relaxed_u64(&h->n_futex_wakes, 1);
-        fl_wake_word(&s->state, -1);
-    }
+    fl_wake_if_waiting(&s->state, &h->ready_waiters, -1, &h->n_futex_wakes);
     return FL_OK;
 }
 
@@ -214,13 +196,7 @@ int fl_ring_wait(void *mem, uint32_t slot, int64_t timeout_ns, uint32_t *state_o
             fl_cpu_relax();
             continue;
         }
-        fl_atomic_fetch_add_acq_rel_u32(&h->ready_waiters, 1);
-        fl_atomic_fence_seq_cst(); /* NOTE [sleeping without lost wake-ups] */
-        if (fl_atomic_load_acquire_u32(&s->state) == w) {
-            fl_atomic_fetch_add_relaxed_u64(&h->n_futex_waits, 1);
-            fl_wait_word(&s->state, w, left);
-        }
-        fl_atomic_fetch_sub_acq_rel_u32(&h->ready_waiters, 1);
+        fl_sleep_unless_changed(&s->state, w, &h->ready_waiters, NULL, left, &h->n_futex_waits);
     }
 }
 
@@ -275,8 +251,7 @@ int fl_ring_reclaim(void *mem, uint32_t worker_id, uint32_t *count_out) {
     if (n > 0) {
         fl_atomic_fetch_add_relaxed_u64(&h->n_reclaimed, n);
         fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
-        fl_atomic_fence_seq_cst();
-        if (fl_atomic_load_relaxed_u32(&h->task_waiters) > 0) fl_wake_word(&h->queued_counter, -1);
+        fl_wake_if_waiting(&h->queued_counter, &h->task_waiters, -1, NULL);
     }
     return FL_OK;
 }
@@ -296,8 +271,7 @@ int fl_ring_reclaim_slot(void *mem, uint32_t slot, uint32_t worker_id, int reque
     fl_atomic_fetch_add_relaxed_u64(&h->n_reclaimed, 1);
     if (requeue) {
         fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
-        fl_atomic_fence_seq_cst(); /* NOTE [sleeping without lost wake-ups] */
-        if (fl_atomic_load_relaxed_u32(&h->task_waiters) > 0) fl_wake_word(&h->queued_counter, 1);
+        fl_wake_if_waiting(&h->queued_counter, &h->task_waiters, 1, NULL);
     }
     return FL_OK;
 }
@@ -307,8 +281,7 @@ int fl_ring_stop(void *mem) {
     fl_header *h = hdr_of(mem);
     fl_atomic_store_release_u32(&h->stop, 1);
     fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
-    fl_atomic_fence_seq_cst();
-    fl_wake_word(&h->queued_counter, -1);
+    fl_wake_if_waiting(&h->queued_counter, &h->task_waiters, -1, NULL);
     return FL_OK;
 }
 
