@@ -104,3 +104,23 @@ class SlowDS:
 
             time.sleep(3)
         return np.float32(i)
+
+
+class StrDS:
+    """Only an object leaf per sample (no array to count the batch by)."""
+
+    def __len__(self) -> int:
+        return 5
+
+    def __getitem__(self, i: int):
+        return f"s{i}"
+
+
+class ObjArrayDS:
+    """An object-dtype array leaf (pickled whole), which is not a structure list."""
+
+    def __len__(self) -> int:
+        return 5
+
+    def __getitem__(self, i: int):
+        return {"o": np.array([i, "x"], dtype=object), "y": i}

@@ -18,8 +18,10 @@ from _compat_helpers import (  # noqa: E402
     ArrayDS,
     FailingDS,
     MixedDS,
+    ObjArrayDS,
     Point,
     SlowDS,
+    StrDS,
     TensorPairDS,
     WorkerInfoDS,
     pad_collate,
@@ -173,6 +175,30 @@ def test_custom_collate_fn():
     with DataLoader(TensorPairDS(), batch_size=4, collate_fn=lambda s: s) as dl:
         got = list(dl)
     same([[tuple(s) for s in b] for b in got], [[tuple(s) for s in b] for b in ident])
+
+
+@pytest.mark.parametrize("ds", [StrDS(), ObjArrayDS()], ids=["str", "object-array"])
+def test_samples_of_object_leaves(ds):
+    """Per-sample items (custom collate_fn, batch_size=None) when object leaves are all a
+    sample has, or are object arrays."""
+    def same_samples(a, b):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            if isinstance(x, dict):
+                assert list(x) == list(y) and x["y"] == y["y"]
+                assert type(x["o"]) is type(y["o"]) and x["o"].tolist() == y["o"].tolist()
+            else:
+                assert x == y
+
+    ref = list(TorchDataLoader(ds, batch_size=2, collate_fn=lambda s: s))
+    with DataLoader(ds, batch_size=2, collate_fn=lambda s: s) as dl:
+        got = list(dl)
+    assert len(got) == len(ref)
+    for a, b in zip(got, ref):
+        same_samples(a, b)
+    ref = list(TorchDataLoader(ds, batch_size=None))
+    with DataLoader(ds, batch_size=None) as dl:
+        same_samples(list(dl), ref)
 
 
 def test_batch_size_none():

@@ -399,13 +399,13 @@ class DataLoader:
         self._plans.clear()
         self._plans[self._epoch] = plan  # asked for at the first next(), then popped
         self._epoch += 1
-        return self._batches(it, pin)
+        return self._batches(it, pin, [len(b) for b in plan])
 
-    def _batches(self, it: Any, pin: bool) -> Any:
+    def _batches(self, it: Any, pin: bool, counts: list[int]) -> Any:
         collate = self.collate_fn
         auto = self._auto_collation
         structure = None
-        while True:
+        for count in counts:  # samples per batch, from the plan
             try:
                 batch = next(it)
             except StopIteration:
@@ -419,7 +419,6 @@ class DataLoader:
             elif collate is None:
                 out = _collate(batch)
             else:
-                count = _count(batch)
                 if structure is None:
                     structure = _objects(batch, count)
                 out = collate([_row_s(batch, r, structure) for r in range(count)])
@@ -451,33 +450,21 @@ class DataLoader:
         )
 
 
-def _count(batch: Any) -> int:
-    """Samples in a fastload batch: the leading axis of any array leaf (or an object list)."""
-    tag = _tag(batch)
-    if tag is not None:
-        return len(batch[tag])
-    if isinstance(batch, np.ndarray):
-        return len(batch)
-    vals = list(batch.values()) if isinstance(batch, dict) else batch
-    for v in vals:
-        c = _count(v)
-        if c >= 0:
-            return c
-    return -1
-
-
 def _objects(x: Any, count: int) -> Any:
     """Which lists of a batch are per-sample object lists (True) and which are structure.
 
     Leaves that are not numbers or arrays come back as a list of ``count`` objects; a list in
-    the sample comes back as a list of batched children, each an ndarray, a tagged dict or a
-    nested structure. An object list holds the raw objects (strings, None, ...), never arrays.
+    the sample comes back as a list of batched children, each a (non-object) ndarray, a tagged
+    dict or a nested structure. An object list holds the raw objects (strings, None, object
+    arrays, ...), never a batched child.
     """
     if isinstance(x, np.ndarray) or _tag(x) is not None:
         return False
     if isinstance(x, list):
         if len(x) == count and not any(
-            isinstance(v, (np.ndarray, dict, list, tuple)) for v in x
+            isinstance(v, (dict, list, tuple))
+            or (isinstance(v, np.ndarray) and not v.dtype.hasobject)
+            for v in x
         ):
             return True
         return [_objects(v, count) for v in x]
