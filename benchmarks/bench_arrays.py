@@ -4,7 +4,8 @@
 
 Data: a float32 np.memmap of ``rows x width`` (created in a temporary directory, page cache warm)
 plus int64 labels, batch 256, shuffled. The single-process loop is ``__getitem__`` of a memmap
-row and its label, then ``np.stack`` per leaf. Prints samples/s (epochs 2-3, median of
+row and its label, then ``np.stack`` per leaf (bench_loader's ``single``: Python int indices,
+``fastload._bench.np_collate``). Prints samples/s (epochs 2-3, median of
 --repeat runs) and the ratio.
 """
 
@@ -22,6 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import fastload  # noqa: E402
+from fastload._bench import np_collate  # noqa: E402
 
 
 class Rows:
@@ -39,9 +41,7 @@ def single(ds: Rows, bs: int, order: np.ndarray) -> float:
     t = time.perf_counter()
     touched = 0.0
     for k in range(0, len(order), bs):
-        samples = [ds[int(i)] for i in order[k : k + bs]]
-        x = np.stack([a for a, _ in samples])
-        np.stack([b for _, b in samples])
+        x, _ = np_collate([ds[i] for i in order[k : k + bs].tolist()])
         touched += float(x[0, 0])
     return len(order) / (time.perf_counter() - t)
 
