@@ -20,7 +20,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _common  # noqa: E402,F401  (makes fastload importable from a checkout)
 
 import fastload  # noqa: E402
 from fastload._bench import np_collate  # noqa: E402

@@ -26,7 +26,9 @@ import warnings
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _common  # noqa: E402,F401  (makes fastload importable from a checkout)
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # Chainer 7.8.1 imports numpy.distutils (deprecated)

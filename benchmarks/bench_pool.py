@@ -21,7 +21,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _common  # noqa: E402,F401  (makes fastload importable from a checkout)
 
 import fastload  # noqa: E402
 
