@@ -123,29 +123,31 @@ def _collate(x: Any) -> Any:
     return x
 
 
-def _row(x: Any, r: int) -> Any:
-    """Row ``r`` of one leaf (ndarray or tagged), as the dataset returned it (views)."""
+def _split(x: Any, count: int, is_obj: Any) -> Any:
+    """Main side: a sequence of the ``count`` per-sample items of one node of a fastload batch,
+    as the dataset returned them (views), built column by column (as compat.chainer does)."""
+    if is_obj is True or isinstance(x, np.ndarray):
+        return x  # a per-sample object list; or an array, whose rows iterating gives
     tag = _tag(x)
     if tag == _T_TENSOR:
-        return torch.from_numpy(x[tag][r : r + 1].reshape(x[tag].shape[1:]))
+        return torch.from_numpy(x[tag]).unbind(0)  # row views, made in C
     if tag == _T_PY:
-        return x[tag][r].item()
-    return x[r]  # an ndarray leaf
-
-
-def _row_s(x: Any, r: int, is_obj: Any) -> Any:
-    if is_obj is True:
-        return x[r]
-    tag = _tag(x)
-    if tag is not None or isinstance(x, np.ndarray):
-        return _row(x, r)
-    if isinstance(x, tuple) and hasattr(x, "_fields"):
-        return type(x)(*(_row_s(v, r, s) for v, s in zip(x, is_obj)))
-    if isinstance(x, (tuple, list)):
-        return type(x)(_row_s(v, r, s) for v, s in zip(x, is_obj))
-    if isinstance(x, dict):
-        return type(x)({k: _row_s(v, r, is_obj[k]) for k, v in x.items()})
-    return x
+        return x[tag].tolist()
+    t = type(x)
+    if t is dict:
+        keys = list(x)
+        if not keys:
+            return [{} for _ in range(count)]
+        cols = [_split(x[k], count, is_obj[k]) for k in keys]
+        return [dict(zip(keys, vals)) for vals in zip(*cols)]
+    cols = [_split(v, count, s) for v, s in zip(x, is_obj)]
+    if not cols:
+        return [t() for _ in range(count)]
+    if t is tuple:
+        return list(zip(*cols))
+    if t is list:
+        return [list(vals) for vals in zip(*cols)]
+    return [t._make(vals) for vals in zip(*cols)]  # a namedtuple
 
 
 class _TorchDataset:
@@ -415,13 +417,13 @@ class DataLoader:
                     f"DataLoader timed out after {self.timeout} seconds ({e})"
                 ) from e
             if not auto:
-                out = _convert(_row_s(batch, 0, _objects(batch, 1)))
+                out = _convert(_split(batch, 1, _objects(batch, 1))[0])
             elif collate is None:
                 out = _collate(batch)
             else:
                 if structure is None:
                     structure = _objects(batch, count)
-                out = collate([_row_s(batch, r, structure) for r in range(count)])
+                out = collate(list(_split(batch, count, structure)))
             if pin:
                 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
@@ -477,9 +479,6 @@ def _objects(x: Any, count: int) -> Any:
 
 def _convert(x: Any) -> Any:
     """torch's default_convert for one sample (batch_size=None): arrays -> tensors."""
-    tag = _tag(x)
-    if tag == _T_TENSOR:
-        return torch.from_numpy(np.asarray(x[tag]))
     if isinstance(x, np.ndarray):
         return torch.from_numpy(x) if x.dtype.char not in "SaUO" else x
     if isinstance(x, np.generic):
