@@ -117,20 +117,15 @@ class WorkerPool:
         self.clients: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         self.payloads: dict[int, bytes] = {}  # cid -> pickled dataset, kept for restarts
         self.inbox: dict[int, deque[tuple[int, tuple[Any, ...]]]] = {}
-        self.init_errors: deque[tuple[int, bytes]] = deque()
         self.incarnation = [0] * num_workers
         # The first client of a private pool: inherited under fork, pickled once otherwise.
+        if worker_init is not None and method != "fork":
+            _check_picklable_init(worker_init, method)
         self._first_cid = -1 if first is None else first[0]
-        if first is None:
-            self._first: Any = None
-            self._first_pickled = True
-        elif method == "fork":
-            self._first, self._first_pickled = first[1], False
-        else:
-            self._first = _pickle_for_workers(first[1], worker_init, method)
-            self._first_pickled = True
-        if first is None and worker_init is not None and method != "fork":
-            _pickle_for_workers(None, worker_init, method)  # names worker_init if it cannot
+        self._first: Any = None if first is None else first[1]
+        self._first_pickled = method != "fork"
+        if first is not None and self._first_pickled:
+            self._first = _pickle_for_workers(first[1], method)
         if first is not None:
             self.inbox[first[0]] = deque()
         # PDEATHSIG fires when the *thread* that forked exits: only arm it from the main thread.
@@ -171,13 +166,7 @@ class WorkerPool:
                 ) from e
             self.payloads[cid] = payload
             for i in range(self.num_workers):
-                self._send_dataset(i, cid)
-
-    def _send_dataset(self, i: int, cid: int) -> None:
-        try:
-            self.send(i, ("dataset", cid, self.payloads[cid]))
-        except (OSError, EOFError, AssertionError):
-            pass  # dead: the restart sends it again
+                self.send(i, ("dataset", cid, payload))  # a dead one gets it at its restart
 
     def unregister(self, cid: int) -> None:
         """The client is gone: workers drop its dataset and unmap its region."""
@@ -188,15 +177,11 @@ class WorkerPool:
             if self.closed:
                 return
             for i in range(self.num_workers):
-                try:
-                    self.send(i, ("detach", cid))
-                except (OSError, EOFError, AssertionError):
-                    pass
+                self.send(i, ("detach", cid))  # a dead one: its restart does not attach it
 
     # -- messages ----------------------------------------------------------------------------
     def _route(self, i: int, msg: tuple[Any, ...]) -> None:
         if msg[0] == "init_error":
-            self.init_errors.append((i, msg[1]))
             for box in self.inbox.values():
                 box.append((i, msg))
             return
@@ -230,17 +215,23 @@ class WorkerPool:
             box.clear()
             return out
 
-    def send(self, i: int, msg: tuple[Any, ...], fd: int | None = None) -> None:
+    def send(self, i: int, msg: tuple[Any, ...], fd: int | None = None) -> bool:
         """Send ``msg`` to worker i, then ``fd`` (SCM_RIGHTS) if given, as one unit: loaders in
         different threads may share the pool, and a worker reads an fd right after its message.
-        Then wake the workers that sleep on the bell, so they read it now."""
+        Then wake the workers that sleep on the bell, so they read it now. False if worker i is
+        dead (check() restarts it, and the restart sends the datasets and regions it needs)."""
         with self.lock:
             conn, p = self.conns[i], self.procs[i]
-            assert conn is not None and p is not None
-            conn.send(msg)
-            if fd is not None:
-                send_handle(conn, fd, p.pid)
+            if conn is None or p is None:
+                return False
+            try:
+                conn.send(msg)
+                if fd is not None:
+                    send_handle(conn, fd, p.pid)
+            except (OSError, EOFError):
+                return False
         self.wake()
+        return True
 
     def wake(self) -> None:
         """Wake every worker sleeping on the bell, so it reads its pipe now rather than after
@@ -286,12 +277,9 @@ class WorkerPool:
         child_conn.close()
         self.procs[i] = p
         self.conns[i] = parent_conn
-        try:
-            self.send(i, ("bell", self.bell_region.nbytes), self.bell_region.fd)
-            for cid in self.payloads:
-                self._send_dataset(i, cid)
-        except (OSError, EOFError):
-            pass  # died at once: check() sees it
+        self.send(i, ("bell", self.bell_region.nbytes), self.bell_region.fd)
+        for cid, payload in self.payloads.items():
+            self.send(i, ("dataset", cid, payload))
 
     def sentinels(self) -> dict[int, int]:
         return {p.sentinel: i for i, p in enumerate(self.procs) if p is not None}
@@ -434,18 +422,18 @@ def _join_all(procs: list[Any], timeout: float | None, conns: list[Connection] =
         alive = [p for p in alive if p.exitcode is None]
 
 
-def _pickle_for_workers(dataset: Any, worker_init: Any, method: str) -> bytes:
-    """Pickle the dataset once for every worker; name the object that failed."""
-    for what, obj in (("worker_init", worker_init),):
-        if obj is not None:
-            try:
-                pickle.dumps(obj)
-            except Exception as e:
-                raise TypeError(
-                    f"fastload: {what}={obj!r} cannot be pickled for start_method={method!r} "
-                    f"({type(e).__name__}: {e}); define it at module level, or use "
-                    "start_method='fork'"
-                ) from e
+def _check_picklable_init(worker_init: Any, method: str) -> None:
+    try:
+        pickle.dumps(worker_init)
+    except Exception as e:
+        raise TypeError(
+            f"fastload: worker_init={worker_init!r} cannot be pickled for start_method={method!r} "
+            f"({type(e).__name__}: {e}); define it at module level, or use start_method='fork'"
+        ) from e
+
+
+def _pickle_for_workers(dataset: Any, method: str) -> bytes:
+    """Pickle the dataset once for every worker; say what to do if it cannot be."""
     try:
         return pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as e:

@@ -185,11 +185,11 @@ class _Engine:
         self.probe_started = False  # worker 0 said it began loading the probe sample
         self.probe_index = -1
         self._last_check = time.monotonic()
-        if pool is not None and num_workers > 0:
-            self.pool = pool.check_usable()
-            self.pool.register(self.cid, self, dataset)
-        elif num_workers > 0:
-            self.pool = WorkerPool(num_workers, start_method, worker_init, seed, (self.cid, dataset))
+        if num_workers > 0:
+            self.pool = (
+                pool.check_usable() if pool is not None
+                else WorkerPool(num_workers, start_method, worker_init, seed, (self.cid, dataset))
+            )
             self.pool.register(self.cid, self, dataset)
         if self.pool is not None and batch_plan is None:  # a sampler is asked in its epoch only
             self._send_probe()
@@ -515,11 +515,8 @@ class _Engine:
         if self.n == 0 or self.nbatches_of(e) == 0:
             return
         self.probe_index = int(self.batch_indices(e, self.consumed)[0])
-        try:
-            self.pool.send(0, ("probe", self.cid, self.probe_index, self.batch_size))
-        except (OSError, EOFError):
-            return  # worker 0 died: _check_workers restarts it and we ask again
-        self.probe_sent = True
+        # False if worker 0 is dead: _check_workers restarts it and we ask again.
+        self.probe_sent = self.pool.send(0, ("probe", self.cid, self.probe_index, self.batch_size))
 
     def _setup_region(self) -> None:
         """Wait for worker 0's layout, then create the region and attach every worker."""
@@ -570,10 +567,8 @@ class _Engine:
     def _attach(self, i: int) -> None:
         pool = self.pool
         assert pool is not None and self.region is not None
-        try:
-            pool.send(i, ("attach", self.cid, self.layout, self.region.nbytes), self.region.fd)
-        except (OSError, EOFError, AssertionError):
-            pass  # died meanwhile: _check_workers restarts it
+        # A dead worker is re-attached when check() has restarted it (workers_restarted).
+        pool.send(i, ("attach", self.cid, self.layout, self.region.nbytes), self.region.fd)
 
     def _collect(self) -> None:
         """Take the messages the pool routed to this loader: keep batch errors and spills for
