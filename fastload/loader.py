@@ -457,28 +457,35 @@ class _Engine:
             self.plan_batch += 1
 
     def _wait_slot(self, slot: int) -> int:
-        start = time.monotonic()
-        deadline = None if self.timeout is None else start + self.timeout
-        stall_at = None if self.stall is None else start + self.stall[0]
+        deadline = self._deadline()
+        stall_at = self._stall_at()
         ring = self.ring
         while True:
-            left = _POLL_INTERVAL_S if deadline is None else min(_POLL_INTERVAL_S, deadline - time.monotonic())
-            if stall_at is not None:
-                left = min(left, stall_at - time.monotonic())
-            word = ring.wait(slot, max(left, 0.0))
+            now = time.monotonic()
+            word = ring.wait(slot, max(min(_POLL_INTERVAL_S, deadline - now, stall_at - now), 0.0))
             if word >= 0:
                 return word
             self._check_workers()
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                raise self._timeout_error(slot)
-            if stall_at is not None and now >= stall_at:
-                stall_at = None
-                assert self.stall is not None
-                self.stall[1](self._why_late(slot))
+            stall_at = self._watch(deadline, stall_at, lambda: self._why_late(slot))
 
-    def _timeout_error(self, slot: int) -> LoaderTimeoutError:
-        return LoaderTimeoutError(f"no batch within timeout={self.timeout}s: {self._why_late(slot)}")
+    # The two limits of a wait for a batch: the user's timeout (LoaderTimeoutError) and the
+    # stall hook (called once, the wait goes on). Monotonic times; math.inf: no limit.
+    def _deadline(self) -> float:
+        return math.inf if self.timeout is None else time.monotonic() + self.timeout
+
+    def _stall_at(self) -> float:
+        return math.inf if self.stall is None else time.monotonic() + self.stall[0]
+
+    def _watch(self, deadline: float, stall_at: float, why: Any) -> float:
+        """Raise past the deadline; past stall_at, report why() once. Returns the new stall_at."""
+        now = time.monotonic()
+        if now >= deadline:
+            raise LoaderTimeoutError(f"no batch within timeout={self.timeout}s: {why()}")
+        if now >= stall_at:
+            assert self.stall is not None
+            self.stall[1](why())
+            return math.inf
+        return stall_at
 
     def _why_late(self, slot: int) -> str:
         """What the batch in ``slot`` is waiting for: which worker loads which sample, or none."""
@@ -524,10 +531,8 @@ class _Engine:
         assert pool is not None
         if not self.probe_sent:
             self._send_probe()
-        start = time.monotonic()
-        deadline = None if self.timeout is None else start + self.timeout
+        deadline = self._deadline()
         stall_at: float | None = None  # counted from when worker 0 starts loading the sample
-        stalled = self.stall is None
         while True:
             pool.pump(0, _POLL_INTERVAL_S)
             self._collect()
@@ -536,20 +541,15 @@ class _Engine:
             self._check_workers()
             if not self.probe_sent:
                 self._send_probe()
-            now = time.monotonic()
-            why = (
-                f"worker 0 (pid {pool.pid_of(0)}) is still loading sample index "
-                f"{self.probe_index} (the first sample, which sets the batch layout)"
+            if stall_at is None and self.probe_started:  # a slow process start is not a slow
+                stall_at = self._stall_at()                 # dataset: count from here
+            next_stall = self._watch(
+                deadline, math.inf if stall_at is None else stall_at,
+                lambda: f"worker 0 (pid {pool.pid_of(0)}) is still loading sample index "
+                f"{self.probe_index} (the first sample, which sets the batch layout)",
             )
-            if deadline is not None and now >= deadline:
-                raise LoaderTimeoutError(f"no batch within timeout={self.timeout}s: {why}")
-            if not stalled and self.probe_started:
-                assert self.stall is not None
-                if stall_at is None:  # a slow process start is not a slow dataset
-                    stall_at = now + self.stall[0]
-                elif now >= stall_at:
-                    stalled = True
-                    self.stall[1](why)
+            if stall_at is not None:
+                stall_at = next_stall
         lay = self.layout
         assert lay is not None
         ctl = _ring.control_nbytes(self.nslots)
