@@ -439,11 +439,20 @@ class _Worker:
                 if now < self.mail_at:
                     continue
                 self.mail_at = now + _MAIL_INTERVAL_S
-            elif self.bell.wait(seen, _CLAIM_TIMEOUT_S) is None:
-                return  # the pool is closing
-            while self.conn.poll():  # every message sent so far: each one rang the bell
-                if not self._handle(self.conn.recv()):
-                    return
+            else:
+                # Idle. A message that rang the bell before `seen` was read will not end the
+                # wait: read the pipe first (messages that come later do end it).
+                if not self._read_mail() or self.bell.wait(seen, _CLAIM_TIMEOUT_S) is None:
+                    return  # stopped, or the pool is closing
+            if not self._read_mail():
+                return
+
+    def _read_mail(self) -> bool:
+        """Handle every message sent so far; False on ("stop",)."""
+        while self.conn.poll():
+            if not self._handle(self.conn.recv()):
+                return False
+        return True
 
     def _handle(self, msg: tuple[Any, ...]) -> bool:
         kind = msg[0]
