@@ -11,14 +11,7 @@ def _futex_in_core(ring_module: object) -> str:
         return "no (not Linux: portable wait path)"
     have = getattr(ring_module, "HAVE_FUTEX", None)
     if have is None:
-        # The core does not export the flag: the futex build is the one that imports syscall(2),
-        # i.e. whose ELF string table holds the NUL-delimited name (DWARF type names such as
-        # "__syscall_slong_t" do not count).
-        try:
-            with open(str(getattr(ring_module, "__file__", "")), "rb") as f:
-                have = b"\0syscall\0" in f.read()
-        except OSError:
-            return "unknown"
+        return "unknown"
     return "yes" if have else "no (portable wait path: built with FASTLOAD_PORTABLE=1)"
 
 

@@ -1,6 +1,10 @@
 # Every declaration of the C core (csrc/fl_*.h), and nothing else (STYLE rule 10).
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 
+cdef extern from "fl_config.h" nogil:
+    enum:
+        FL_HAVE_FUTEX
+
 cdef extern from "fl_status.h" nogil:
     enum:
         FL_OK

@@ -14,6 +14,7 @@ F_SPILLED: int
 LAYOUT_VERSION: int
 MAX_SLOTS: int
 MAX_WORKERS: int
+HAVE_FUTEX: bool
 STATUS_CODES: dict[str, int]
 
 def strerror(rc: int) -> str: ...
