@@ -1,4 +1,4 @@
-/* fl_atomic.h: the ONLY file that uses atomic builtins or memory orders (STYLE rule 4).
+/* fl_atomic.h: the ONLY file that uses atomic builtins or memory orders.
  * Every memory order is spelled out; there is no implicit seq_cst. */
 #ifndef FASTLOAD_FL_ATOMIC_H
 #define FASTLOAD_FL_ATOMIC_H

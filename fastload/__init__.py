@@ -15,7 +15,6 @@ from .errors import (
     LoaderClosedError,
     LoaderTimeoutError,
     SampleTooLargeError,
-    WorkerCrashedError,
     WorkerDied,
     WorkerError,
 )
@@ -36,9 +35,16 @@ __all__ = [
     "LoaderClosedError",
     "LoaderTimeoutError",
     "SampleTooLargeError",
-    "WorkerCrashedError",
     "WorkerDied",
     "WorkerError",
     "backend",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "WorkerCrashedError":  # deprecated alias of WorkerDied (fastload.errors)
+        from . import errors
+
+        return errors.__getattr__(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

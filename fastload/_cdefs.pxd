@@ -1,4 +1,4 @@
-# Every declaration of the C core (csrc/fl_*.h), and nothing else (STYLE rule 10).
+# The declarations of the C core (csrc/fl_*.h) that the Cython modules use, and nothing else.
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 
 cdef extern from "fl_config.h" nogil:
@@ -88,10 +88,6 @@ cdef extern from "fl_pack.h" nogil:
     int fl_pack_gather(void *dst, size_t dst_len, size_t offset, const void *src,
                        size_t src_rows, size_t row_bytes, const int64_t *indices, size_t n,
                        size_t *bad_k)
-    size_t fl_pack_align(size_t x, size_t align)
-
-cdef extern from "fl_wait.h" nogil:
-    int64_t fl_now_ns()
 
 cdef extern from "fl_bell.h" nogil:
     size_t fl_bell_nbytes()

@@ -14,7 +14,6 @@ __all__ = [
     "LoaderClosedError",
     "WorkerError",
     "WorkerDied",
-    "WorkerCrashedError",
     "RemoteTraceback",
 ]
 
@@ -43,8 +42,9 @@ class LoaderClosedError(FastloadError, RuntimeError):
 class WorkerError(FastloadError):
     """User code raised inside a worker and the exception could not be rebuilt with its own type.
 
-    The message holds the worker id, the sample index and the worker's traceback; ``__cause__``
-    is the original exception when it could be unpickled, else a :class:`RemoteTraceback`.
+    The message holds the worker id, the sample index and the worker's traceback. Whether the
+    exception was rebuilt with its own type or became a ``WorkerError``, its ``__cause__`` is a
+    :class:`RemoteTraceback` carrying the worker's formatted traceback.
     """
 
 
@@ -52,8 +52,19 @@ class WorkerDied(FastloadError, RuntimeError):
     """A worker process died (signal, ``os._exit``, out-of-memory kill)."""
 
 
-#: STYLE.md's name for :class:`WorkerDied`; both names refer to the same class.
-WorkerCrashedError = WorkerDied
+def __getattr__(name: str) -> type[WorkerDied]:
+    # WorkerCrashedError: the 0.1 name of WorkerDied, kept so code written against it still
+    # runs; one class, one name in messages and docs.
+    if name == "WorkerCrashedError":
+        import warnings
+
+        warnings.warn(
+            "fastload.WorkerCrashedError is deprecated: use fastload.WorkerDied (the same class)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return WorkerDied
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RemoteTraceback(Exception):

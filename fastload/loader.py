@@ -18,7 +18,6 @@ counts those copies.
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import logging
 import math
@@ -53,19 +52,11 @@ __all__ = ["Loader", "backend"]
 #: The compiled core is always in use (there is no slow fallback engine).
 backend = "c"
 
-_exiting = False
 _client_ids = itertools.count()
 log = logging.getLogger("fastload")
 #: With on_worker_death="restart": a sample that kills this many workers raises WorkerDied.
 _MAX_KILLS_PER_SAMPLE = 3
 
-
-def _set_exiting() -> None:
-    global _exiting
-    _exiting = True
-
-
-_atexit_registered = False
 
 _STATE_NAMES = {
     _ring.FREE: "FREE",
@@ -1012,10 +1003,6 @@ class Loader:
             num_workers = pool.num_workers
         if n == 0 or num_workers is None:
             num_workers = 0  # nothing to load: start no process
-        global _atexit_registered
-        if not _atexit_registered:
-            atexit.register(_set_exiting)
-            _atexit_registered = True
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.seed = int(seed)

@@ -55,7 +55,10 @@ def test_error_hierarchy_keeps_builtin_bases():
     assert issubclass(fastload.LayoutMismatchError, ValueError)
     assert issubclass(fastload.LoaderClosedError, RuntimeError)
     assert issubclass(fastload.WorkerDied, RuntimeError)
-    assert fastload.WorkerCrashedError is fastload.WorkerDied
+    with pytest.warns(DeprecationWarning, match="use fastload.WorkerDied"):
+        assert fastload.WorkerCrashedError is fastload.WorkerDied
+    with pytest.warns(DeprecationWarning):
+        assert fastload.errors.WorkerCrashedError is fastload.WorkerDied
     for cls in (fastload.LoaderTimeoutError, fastload.LayoutMismatchError,
                 fastload.LoaderClosedError, fastload.WorkerDied, fastload.WorkerError,
                 fastload.SampleTooLargeError):
