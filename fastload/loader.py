@@ -26,7 +26,7 @@ import pickle
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -852,6 +852,9 @@ def _resolve_shard(shard: tuple[int, int] | str | None) -> tuple[int, int]:
 
 
 class _EpochIterator(Iterator[Any]):
+    """One pass over the loader: ``iter(loader)``. ``epoch`` is the epoch it iterates
+    (0, 1, ... in the order ``iter()`` was called, or as resumed by ``load_state_dict``)."""
+
     def __init__(self, engine: _Engine, loader: Loader) -> None:
         self._engine = engine
         # Keeps the loader alive while its epoch is iterated: ``for b in Loader(...)`` would
@@ -922,6 +925,20 @@ class Loader:
         worker is restarted. ``"raise"``: :class:`WorkerDied` ends the epoch. ``"restart"``: the
         batch it was loading is loaded again by the fresh worker and the epoch goes on; a sample
         that kills 3 workers raises :class:`WorkerDied` naming its index.
+    batch_plan : callable, optional
+        ``batch_plan(epoch)`` returns the epoch's batches as sequences of sample indices (for
+        samplers of your own: the front ends in :mod:`fastload.compat` drive torch's and
+        Chainer's samplers through it). It is called once per epoch, at the epoch's first
+        ``next()``, never ahead of it, so a sampler may depend on what happened before;
+        ``batch_size`` is then the largest batch it may return, and ``shuffle``,
+        ``drop_last`` and ``shard`` do not apply. The epoch number is the ``epoch`` attribute
+        of ``iter(loader)``. A loader with a batch plan cannot be resumed with
+        :meth:`load_state_dict` (the plan's owner knows where it was).
+    on_stall : (seconds, callback), optional
+        ``callback(description)`` is called once for each batch that takes longer than
+        ``seconds`` to arrive (also while the first sample, which sets the layout, is loading),
+        with a sentence saying which worker loads which sample; the wait goes on (unlike
+        ``timeout``).
 
     Examples
     --------
@@ -951,8 +968,8 @@ class Loader:
         shard: tuple[int, int] | str | None = None,
         return_mask: bool = False,
         pool: Pool | None = None,
-        _batch_plan: Any = None,
-        _stall: tuple[float, Any] | None = None,
+        batch_plan: Callable[[int], Iterable[Sequence[int]]] | None = None,
+        on_stall: tuple[float, Callable[[str], None]] | None = None,
     ) -> None:
         self._engine: _Engine | None = None
         rank_world = _resolve_shard(shard)
@@ -981,6 +998,13 @@ class Loader:
             raise ValueError(f"prefetch must be an int >= 1, got {prefetch!r}")
         if isinstance(max_held, bool) or not isinstance(max_held, int) or max_held < 0:
             raise ValueError(f"max_held must be an int >= 0, got {max_held!r}")
+        if batch_plan is not None and not callable(batch_plan):
+            raise TypeError(f"batch_plan must be callable, got {type(batch_plan).__name__}")
+        if on_stall is not None and not (
+            isinstance(on_stall, tuple) and len(on_stall) == 2 and on_stall[0] > 0
+            and callable(on_stall[1])
+        ):
+            raise ValueError(f"on_stall must be (seconds > 0, callable), got {on_stall!r}")
         if timeout is not None and not (timeout > 0):
             raise ValueError(f"timeout must be None or > 0 seconds, got {timeout!r}")
         seed = check_worker_args(num_workers, start_method, worker_init, seed, min_workers=0)
@@ -1009,13 +1033,19 @@ class Loader:
         self._engine = _Engine(
             dataset, n, batch_size, shuffle, int(seed), drop_last, num_workers, prefetch,
             start_method, worker_init, timeout, max_held, copy, on_worker_death, rank_world,
-            return_mask, _batch_plan, _stall, pool,
+            return_mask, batch_plan, on_stall, pool,
         )
         from multiprocessing.util import Finalize
 
         # Runs on garbage collection, and at interpreter exit before multiprocessing reaps its
         # children (exitpriority >= 0 runs in _exit_function's first pass).
         self._finalizer = Finalize(self, _Engine.close, args=(self._engine,), exitpriority=10)
+
+    @property
+    def layout(self) -> BatchLayout | None:
+        """The :class:`BatchLayout` of this loader's batches, known once the first sample has
+        loaded (None before)."""
+        return None if self._engine is None else self._engine.layout
 
     @property
     def start_method(self) -> str | None:

@@ -748,10 +748,35 @@ def test_stall_hook_reports_late_batches_and_keeps_waiting():
 
     late: list[str] = []
     ds = SlowAt(12, (0, 8), 0.6)
-    with fastload.Loader(ds, 2, num_workers=1, _stall=(0.15, late.append)) as loader:
+    with fastload.Loader(ds, 2, num_workers=1, on_stall=(0.15, late.append)) as loader:
         assert [b.tolist() for b in loader] == [[2 * k, 2 * k + 1] for k in range(6)]
     # the probe loads sample 0 for the layout, then batch 0 loads it again, then batch 4 (8, 9)
     assert len(late) == 3, late
     assert "sample index 0" in late[0] and "first sample" in late[0]
     assert "sample index 0 (row 0 of 2 in this batch)" in late[1]
     assert "sample index 8 (row 0 of 2 in this batch)" in late[2] and "worker 0" in late[2]
+
+
+def test_public_hooks_batch_plan_layout_and_epoch():
+    plans = {0: [[3, 1], [0]], 1: [[2]]}
+    asked = []
+
+    def plan(epoch):
+        asked.append(epoch)
+        return plans[epoch]
+
+    data = np.arange(4.0)
+    with fastload.Loader(data, 2, num_workers=0, batch_plan=plan) as loader:
+        assert loader.layout is None
+        it = iter(loader)
+        assert it.epoch == 0 and asked == []  # asked at the first next(), not at iter()
+        assert [b.tolist() for b in it] == [[3.0, 1.0], [0.0]]
+        assert loader.layout is not None and loader.layout.batch_size == 2
+        it = iter(loader)
+        assert it.epoch == 1
+        assert [b.tolist() for b in it] == [[2.0]]
+    assert asked == [0, 1]
+    with pytest.raises(TypeError, match="batch_plan must be callable"):
+        fastload.Loader(data, 2, num_workers=0, batch_plan=[[0]])
+    with pytest.raises(ValueError, match="on_stall must be"):
+        fastload.Loader(data, 2, num_workers=0, on_stall=(0, print))

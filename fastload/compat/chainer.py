@@ -12,7 +12,7 @@ keys, so trainer snapshots move both ways between this iterator and Chainer's. I
 ``chainer.dataset.Iterator``, so ``StandardUpdater``, ``Evaluator`` and ``Trainer`` take it as is.
 
 NOTE [blocks of batches]
-fastload's ``Loader`` loads a finite list of batches per Loader epoch (``_batch_plan``, NOTE
+fastload's ``Loader`` loads a finite list of batches per Loader epoch (``batch_plan``, NOTE
 [batch plans] in fastload/loader.py); Chainer's stream is infinite with ``repeat=True``. The
 stream is cut into blocks, one Loader epoch each. A block is planned, by running Chainer's state
 machine, at the ``next()`` that needs its first batch, and ends just before the next batch that
@@ -157,7 +157,7 @@ _INIT_ATTRIBUTES = frozenset({
 
 
 def _warn_stalled(description: str) -> None:
-    """Loader ``_stall`` hook: Chainer's TimeoutWarning, plus what the batch waits for."""
+    """Loader ``on_stall`` hook: Chainer's TimeoutWarning, plus what the batch waits for."""
     warnings.warn(f"{_TIMEOUT_MESSAGE}\n(fastload: {description})", _TimeoutWarning, stacklevel=1)
 
 
@@ -391,8 +391,8 @@ class MultiprocessIterator(_ChainerIterator):  # type: ignore[misc]
             prefetch=self.n_prefetch,
             max_held=self._max_held,
             copy=self._copy,
-            _batch_plan=self._plans.pop,  # no reference back to self
-            _stall=stall,
+            batch_plan=self._plans.pop,  # no reference back to self
+            on_stall=stall,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -362,7 +362,7 @@ class DataLoader:
             max_held=self._max_held,
             copy=self._copy,
             seed=base_seed % (2**63),
-            _batch_plan=self._plans.pop,  # no reference back to self
+            batch_plan=self._plans.pop,  # no reference back to self
         )
 
     def __iter__(self) -> Any:
