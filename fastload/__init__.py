@@ -5,9 +5,9 @@ Importing fastload does no work: no shared memory, no processes, no atexit hooks
 
 from __future__ import annotations
 
+from ._fill import WorkerInfo, get_worker_info, sample_rng
 from ._pool import Pool
 from ._version import __version__
-from ._worker import WorkerInfo, get_worker_info, sample_rng
 from .arrays import ArrayDataset
 from .errors import (
     FastloadError,

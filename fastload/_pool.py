@@ -2,7 +2,7 @@
 
 NOTE [shutdown] (docs/design.md has the whole protocol)
 1. set the stop flag in the region header (workers in the fill loop see it within
-   ``_worker._CLAIM_TIMEOUT_S``) and send ``("stop",)`` on every pipe (workers not yet attached);
+   ``_worker._CLAIM_TIMEOUT_S``) and send ``Stop`` on every pipe (workers not yet attached);
 2. workers exit 0;
 3. ``join(_JOIN_TIMEOUT_S)``, then ``terminate()``, then ``kill()``;
 4. slots of dead workers need no reclaim at shutdown (the region goes away);
@@ -22,15 +22,14 @@ import weakref
 from collections import deque
 from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import send_handle
-from typing import Any
+from typing import Any, Protocol
 
+from . import _messages as m
+from ._config import PoolConfig
 from ._worker import worker_main
 
-__all__ = ["Pool", "WorkerPool", "exit_code_name", "default_start_method"]
+__all__ = ["Pool", "PoolClient", "WorkerPool", "exit_code_name", "default_start_method"]
 
-#: The parent's longest uninterrupted wait: between two waits it checks worker sentinels,
-#: the user's timeout and pending signals (Ctrl+C is handled within this bound).
-_POLL_INTERVAL_S = 0.1
 #: How long close() lets workers exit on their own before terminate() (they poll every 0.1 s).
 _JOIN_TIMEOUT_S = 2.0
 #: How long to wait for the exit code of a worker whose sentinel says it is exiting.
@@ -77,6 +76,20 @@ def default_start_method() -> str:
     return "spawn"
 
 
+class PoolClient(Protocol):
+    """What a pool needs of a loader registered with it (NOTE [pool callbacks] in _engine.py:
+    the callbacks run in whichever thread checks the pool)."""
+
+    def workers_died(self, deaths: list[m.Death]) -> None:
+        """Called before the dead workers are restarted: reclaim their slots, judge the loss."""
+
+    def workers_restarted(self, restarted: list[int]) -> None:
+        """Called after: the fresh workers have the client's dataset; send them its region."""
+
+    def close(self, reason: str = ...) -> None:
+        """The pool is closing."""
+
+
 class WorkerPool:
     """``num_workers`` persistent processes serving the datasets of one or more loaders.
 
@@ -93,15 +106,9 @@ class WorkerPool:
     after (``workers_restarted``), so it re-attaches.
     """
 
-    def __init__(
-        self,
-        num_workers: int,
-        start_method: str | None,
-        worker_init: Any,
-        seed: int,
-        first: tuple[int, Any] | None = None,
-    ) -> None:
-        method = start_method or default_start_method()
+    def __init__(self, config: PoolConfig, first: tuple[int, Any] | None = None) -> None:
+        num_workers, worker_init, seed = config.num_workers, config.worker_init, config.seed
+        method = config.start_method or default_start_method()
         if method not in mp.get_all_start_methods():
             raise ValueError(
                 f"start_method={method!r} is not available here; choose one of "
@@ -114,9 +121,9 @@ class WorkerPool:
         self.worker_init = worker_init
         self.pid = os.getpid()
         self.lock = threading.RLock()
-        self.clients: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self.clients: weakref.WeakValueDictionary[int, PoolClient] = weakref.WeakValueDictionary()
         self.payloads: dict[int, bytes] = {}  # cid -> pickled dataset, kept for restarts
-        self.inbox: dict[int, deque[tuple[int, tuple[Any, ...]]]] = {}
+        self.inbox: dict[int, deque[tuple[int, Any]]] = {}  # cid -> (worker, message)
         self.incarnation = [0] * num_workers
         # The first client of a private pool: inherited under fork, pickled once otherwise.
         if worker_init is not None and method != "fork":
@@ -147,7 +154,7 @@ class WorkerPool:
             raise
 
     # -- clients -----------------------------------------------------------------------------
-    def register(self, cid: int, client: Any, dataset: Any) -> None:
+    def register(self, cid: int, client: PoolClient, dataset: Any) -> None:
         """Send ``dataset`` to every worker, once; ``client`` gets the death callbacks."""
         with self.lock:
             self.clients[cid] = client
@@ -166,7 +173,7 @@ class WorkerPool:
                 ) from e
             self.payloads[cid] = payload
             for i in range(self.num_workers):
-                self.send(i, ("dataset", cid, payload))  # a dead one gets it at its restart
+                self.send(i, m.AddDataset(cid, payload))  # a dead one gets it at its restart
 
     def unregister(self, cid: int) -> None:
         """The client is gone: workers drop its dataset and unmap its region."""
@@ -177,15 +184,15 @@ class WorkerPool:
             if self.closed:
                 return
             for i in range(self.num_workers):
-                self.send(i, ("detach", cid))  # a dead one: its restart does not attach it
+                self.send(i, m.Detach(cid))  # a dead one: its restart does not attach it
 
     # -- messages ----------------------------------------------------------------------------
-    def _route(self, i: int, msg: tuple[Any, ...]) -> None:
-        if msg[0] == "init_error":
+    def _route(self, i: int, msg: Any) -> None:
+        if isinstance(msg, m.InitFailed):
             for box in self.inbox.values():
                 box.append((i, msg))
             return
-        mine = self.inbox.get(msg[1])
+        mine = self.inbox.get(msg.cid)
         if mine is not None:  # else: a client that is gone
             mine.append((i, msg))
 
@@ -205,7 +212,7 @@ class WorkerPool:
             except (EOFError, OSError):
                 return  # it died: check() says how
 
-    def take(self, cid: int) -> list[tuple[int, tuple[Any, ...]]]:
+    def take(self, cid: int) -> list[tuple[int, Any]]:
         """Every message routed to client ``cid`` so far."""
         with self.lock:
             box = self.inbox.get(cid)
@@ -215,7 +222,7 @@ class WorkerPool:
             box.clear()
             return out
 
-    def send(self, i: int, msg: tuple[Any, ...], fd: int | None = None) -> bool:
+    def send(self, i: int, msg: Any, fd: int | None = None) -> bool:
         """Send ``msg`` to worker i, then ``fd`` (SCM_RIGHTS) if given, as one unit: loaders in
         different threads may share the pool, and a worker reads an fd right after its message.
         Then wake the workers that sleep on the bell, so they read it now. False if worker i is
@@ -277,9 +284,9 @@ class WorkerPool:
         child_conn.close()
         self.procs[i] = p
         self.conns[i] = parent_conn
-        self.send(i, ("bell", self.bell_region.nbytes), self.bell_region.fd)
+        self.send(i, m.Bell(self.bell_region.nbytes), self.bell_region.fd)
         for cid, payload in self.payloads.items():
-            self.send(i, ("dataset", cid, payload))
+            self.send(i, m.AddDataset(cid, payload))
 
     def sentinels(self) -> dict[int, int]:
         return {p.sentinel: i for i, p in enumerate(self.procs) if p is not None}
@@ -311,7 +318,7 @@ class WorkerPool:
             deaths = []
             for i in dead:
                 self.pump(i, 0)  # what it sent before dying (errors, spills) reaches its client
-                deaths.append((i, self.pid_of(i), self.exitcode(i)))
+                deaths.append(m.Death(i, self.pid_of(i), self.exitcode(i)))
             clients = list(self.clients.values())
             for c in clients:
                 c.workers_died(deaths)
@@ -327,6 +334,11 @@ class WorkerPool:
     def exitcode(self, i: int) -> int | None:
         p = self.procs[i]
         return None if p is None else p.exitcode
+
+    def is_alive(self, i: int, incarnation: int) -> bool:
+        """Whether worker i is still the process ``incarnation`` and has not exited."""
+        p = self.procs[i]
+        return self.incarnation[i] == incarnation and p is not None and p.exitcode is None
 
     def discard(self, i: int) -> None:
         """Forget a dead worker (close its pipe and process handle)."""
@@ -361,7 +373,7 @@ class WorkerPool:
             for conn in self.conns:
                 if conn is not None:
                     try:
-                        conn.send(("stop",))
+                        conn.send(m.Stop())
                     except (OSError, ValueError):
                         pass
             procs = [p for p in self.procs if p is not None]
@@ -446,35 +458,6 @@ def _pickle_for_workers(dataset: Any, method: str) -> bytes:
         ) from e
 
 
-def check_worker_args(
-    num_workers: int | None, start_method: str | None, worker_init: Any, seed: Any,
-    *, min_workers: int,
-) -> int:
-    """Validate what a Loader and a Pool both take (num_workers None: not checked); returns
-    the seed, drawn at random when None."""
-    import numpy as np
-
-    from . import _ring
-
-    if num_workers is not None:
-        if (isinstance(num_workers, bool) or not isinstance(num_workers, int)
-                or num_workers < min_workers):
-            raise ValueError(f"num_workers must be an int >= {min_workers}, got {num_workers!r}")
-        if num_workers > _ring.MAX_WORKERS:
-            raise ValueError(f"num_workers must be <= {_ring.MAX_WORKERS}, got {num_workers}")
-    if start_method not in (None, "fork", "forkserver", "spawn"):
-        raise ValueError(
-            f"start_method must be None, 'fork', 'forkserver' or 'spawn', got {start_method!r}"
-        )
-    if worker_init is not None and not callable(worker_init):
-        raise TypeError(f"worker_init must be callable, got {type(worker_init).__name__}")
-    if seed is None:
-        return int(np.random.SeedSequence().entropy % (2**63))  # type: ignore[operator]
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
-    return int(seed)
-
-
 class Pool:
     """Worker processes shared by several loaders: ``Loader(dataset, ..., pool=pool)``.
 
@@ -520,11 +503,9 @@ class Pool:
         from multiprocessing.util import Finalize
 
         self._workers: WorkerPool | None = None
-        if num_workers is None:
-            num_workers = os.cpu_count() or 1
-        seed = check_worker_args(num_workers, start_method, worker_init, seed, min_workers=1)
-        self.seed = seed
-        self._workers = WorkerPool(num_workers, start_method, worker_init, seed)
+        config = PoolConfig.build(num_workers, start_method, worker_init, seed)
+        self.seed = config.seed
+        self._workers = WorkerPool(config)
         # Loaders' finalizers (exitpriority 10) run before this one at interpreter exit.
         self._finalizer = Finalize(self, Pool._shutdown, args=(self._workers,), exitpriority=5)
 

@@ -1,22 +1,7 @@
-"""The worker process: entry point, hygiene, and the fill loop.
+"""The worker process: entry point, hygiene, and the loop that claims and fills slots.
 
-NOTE [worker protocol]
-Each worker has one duplex pipe (a socketpair) to the parent. A worker serves one or more
-*clients* (loaders; NOTE [one pool, many loaders] in _pool.py), each named by an id (cid).
-Parent -> worker messages:
-``("bell", nbytes)`` + the pool's bell fd (SCM_RIGHTS): map it (sent first, once);
-``("dataset", cid, pickled_dataset)``: a new client;
-``("probe", cid, index, batch_size)``: load one sample and reply ``("layout", cid, BatchLayout)``
-(or ``("probe_error", cid, payload)``);
-``("attach", cid, layout, nbytes)`` + the client's region fd: map it and start filling its ring;
-``("detach", cid)``: drop the client's dataset and unmap its region;
-``("stop",)``: exit 0.
-Worker -> parent: ``("layout", cid, ...)``, ``("error", cid, slot, state, payload)`` for a batch
-that raised (sent *after* the slot is marked FAILED, so a large message can never block a worker
-that the parent is not yet reading), ``("spill", cid, slot, state, payload)`` for object leaves
-that did not fit the slot's variable area, ``("dataset_error", cid, payload)`` when a dataset
-cannot be unpickled here, ``("init_error", payload)`` when worker_init fails.
-Batch data never travels through the pipe: workers write straight into slots.
+The messages it exchanges with the parent are in fastload/_messages.py (NOTE [worker protocol]);
+the fill itself, shared with num_workers=0, in fastload/_fill.py.
 """
 
 from __future__ import annotations
@@ -28,14 +13,16 @@ import signal
 import sys
 import threading
 import time
-import traceback
-from dataclasses import dataclass
 from multiprocessing import parent_process
 from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import recv_handle
 from typing import Any
 
-__all__ = ["WorkerInfo", "get_worker_info", "sample_rng", "worker_main", "pack_exception"]
+from . import _messages as m
+from ._fill import BatchFiller, WorkerInfo, set_worker_info
+from ._remote import pack_exception
+
+__all__ = ["worker_main"]
 
 #: How long one wait for work lasts before the worker re-checks its pipe and the stop flag.
 _CLAIM_TIMEOUT_S = 0.1
@@ -44,87 +31,6 @@ _CLAIM_TIMEOUT_S = 0.1
 _MAIL_INTERVAL_S = 0.002
 #: How often the watchdog thread checks that the parent is alive (it also wakes on its sentinel).
 _WATCHDOG_PERIOD_S = 0.5
-
-
-@dataclass(frozen=True)
-class WorkerInfo:
-    """What :func:`get_worker_info` returns inside a worker."""
-
-    id: int
-    num_workers: int
-    seed: int
-    dataset: Any
-
-
-_worker_info: WorkerInfo | None = None
-
-
-#: (seed, epoch, index) of the sample being loaded, for sample_rng(); set by the fill loops.
-_sample_ctx: list[int] = [0, 0, -1]
-
-
-def sample_rng(index: int | None = None) -> Any:
-    """A ``numpy.random.Generator`` for the sample being loaded, seeded from
-    ``(seed, epoch, index)``.
-
-    Call it inside ``__getitem__``: random augmentations are then bitwise reproducible whatever
-    the number of workers, the start method, or a resume in between. In ``__getitems__`` pass
-    the index explicitly. Outside a loader it raises RuntimeError.
-
-    Examples
-    --------
-    >>> import numpy as np, fastload
-    >>> class Noisy:
-    ...     def __len__(self): return 4
-    ...     def __getitem__(self, i):
-    ...         return np.float64(i) + fastload.sample_rng().normal()
-    >>> a = [b.tolist() for b in fastload.Loader(Noisy(), 2, seed=1, num_workers=0)]
-    >>> b = [b.tolist() for b in fastload.Loader(Noisy(), 2, seed=1, num_workers=0)]
-    >>> a == b
-    True
-    """
-    import numpy as np
-
-    seed, epoch, current = _sample_ctx
-    i = current if index is None else int(index)
-    if i < 0:
-        raise RuntimeError(
-            "fastload.sample_rng() is only meaningful while a fastload Loader loads a sample "
-            "(inside __getitem__), or with an explicit index inside __getitems__"
-        )
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, i])))
-
-
-def get_worker_info() -> WorkerInfo | None:
-    """Inside a worker: its :class:`WorkerInfo`. In the main process: ``None``."""
-    return _worker_info
-
-
-def pack_exception(exc: BaseException, index: int | None, worker_id: int) -> bytes:
-    """Serialise an exception from user code with its traceback text (never raises)."""
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    try:
-        exc_bytes: bytes | None = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
-        pickle.loads(exc_bytes)  # an exception that pickles but cannot be rebuilt
-    except Exception:
-        exc_bytes = None
-    info = {
-        "type_name": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "message": _safe_str(exc),
-        "exc": exc_bytes,
-        "tb": tb,
-        "index": index,
-        "worker_id": worker_id,
-        "pid": os.getpid(),
-    }
-    return pickle.dumps(info, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _safe_str(exc: BaseException) -> str:
-    try:
-        return str(exc)
-    except Exception:
-        return f"<{type(exc).__name__}: str() failed>"
 
 
 def _set_pdeathsig() -> None:
@@ -193,15 +99,14 @@ def worker_main(
         if first_cid >= 0:
             worker.add_client(first_cid, pickle.loads(first_payload) if pickled else first_payload)
         _seed_worker(seed, worker_id)
-        global _worker_info
-        _worker_info = (
+        set_worker_info(
             worker.clients[first_cid].info if first_cid >= 0
             else WorkerInfo(worker_id, num_workers, seed, None)
         )
         if worker_init is not None:
             worker_init(worker_id)
     except BaseException as e:
-        conn.send(("init_error", pack_exception(e, None, worker_id)))
+        conn.send(m.InitFailed(pack_exception(e, None, worker_id)))
         _drain_and_close(conn)
         os._exit(1)
     worker.run()
@@ -224,24 +129,6 @@ def _drain_and_close(conn: Connection) -> None:
     conn.close()
 
 
-def pack_getitems(packer: Any, slot: int, idx_list: list[int], samples: Any, objs: list[Any]) -> None:
-    """Pack what ``__getitems__`` returned: a list of samples (torch's convention), or one
-    already-stacked batch (the sample structure with a leading batch axis on every array)."""
-    count = len(idx_list)
-    if not isinstance(samples, list):
-        packer.pack_batch(slot, samples, count)
-        return
-    if len(samples) != count:
-        raise ValueError(f"__getitems__ returned {len(samples)} samples for {count} indices")
-    for row, sample in enumerate(samples):
-        try:
-            packer.pack(slot, row, sample, objs)
-        except Exception as e:
-            if hasattr(e, "add_note"):
-                e.add_note(f"(sample index {idx_list[row]}, from __getitems__)")
-            raise
-
-
 def _seed_worker(seed: int, worker_id: int) -> None:
     """Distinct, reproducible global RNG state per worker (NumPy and `random`)."""
     import random
@@ -260,26 +147,25 @@ class _Client:
     def __init__(self, worker: _Worker, cid: int, dataset: Any) -> None:
         self.worker = worker
         self.cid = cid
-        self.dataset = dataset
+        self.filler: BatchFiller | None = BatchFiller(dataset, worker.worker_id)
         self.info = WorkerInfo(worker.worker_id, worker.num_workers, worker.seed, dataset)
         self.pid = worker.pid
         self.ring: Any = None
         self.packer: Any = None
         self.region: Any = None
         self.layout: Any = None
-        self.getitems = getattr(dataset, "__getitems__", None)
-        columns = getattr(dataset, "_fastload_columns", None)
-        # fastload.ArrayDataset: rows are gathered in C, no Python call per sample.
-        self.columns: list[Any] | None = columns() if callable(columns) else None
+        self.slots: Any = None
 
     def attach(self, layout: Any, nbytes: int, fd: int) -> None:
         from ._pack import Packer
         from ._region import SharedRegion
         from ._ring import RingIndex
+        from ._slots import SlotMap
 
         self.layout = layout
         self.region = SharedRegion.attach(fd, nbytes)
         self.ring = RingIndex(self.region.mm)
+        self.slots = SlotMap(self.region.mm, self.ring, layout)
         self.packer = Packer(
             self.region.mm,
             self.ring.data_offset,
@@ -297,98 +183,50 @@ class _Client:
             self.ring.close()
         if self.region is not None:
             self.region.close()
-        self.ring = self.packer = self.region = None
-        self.dataset = self.getitems = self.columns = None
+        self.ring = self.packer = self.region = self.slots = None
+        self.filler = None
 
-    def probe(self, index: int, batch_size: int) -> None:
-        conn, seed = self.worker.conn, self.worker.seed
-        global _worker_info
-        _worker_info = self.info
+    def probe(self, msg: m.Probe) -> None:
+        conn = self.worker.conn
+        assert self.filler is not None
+        set_worker_info(self.info)
         # Tells the loader that a death from now on is this sample's doing (a shared pool's
         # worker may die on another loader's batch before it reads the probe).
-        conn.send(("probe_start", self.cid))
+        conn.send(m.ProbeStarted(self.cid))
         try:
-            from .layout import BatchLayout
-
-            _sample_ctx[0], _sample_ctx[1], _sample_ctx[2] = seed, 0, index
-            try:
-                layout = BatchLayout(self.dataset[index], batch_size)
-            finally:
-                _sample_ctx[2] = -1
-            conn.send(("layout", self.cid, layout))
+            layout = self.filler.probe(msg.sample, msg.batch_size, msg.seed, msg.epoch)
         except BaseException as e:
-            conn.send(("probe_error", self.cid, pack_exception(e, index, self.worker.worker_id)))
+            conn.send(m.ProbeFailed(self.cid, pack_exception(e, msg.sample, self.worker.worker_id)))
+        else:
+            conn.send(m.LayoutFound(self.cid, layout))
 
     def fill(self, slot: int, state: int) -> None:
-        import numpy as np
-
-        global _worker_info
-        _worker_info = self.info
-        ring, layout = self.ring, self.layout
-        count = ring.slot_count(slot)
-        base = ring.data_offset + slot * ring.slot_bytes
-        indices = np.frombuffer(self.region.mm, np.int64, count, base + layout.index_offset)
-        seed = int(np.frombuffer(self.region.mm, np.int64, 1, base + layout.seed_offset)[0])
-        idx_list = indices.tolist()
-        objects: list[Any] | None = [] if layout.n_objects else None
-        index = None
-        ctx = _sample_ctx  # for sample_rng()
-        ctx[0], ctx[1] = seed, ring.slot_info(slot)["epoch"]
-        try:
-            pack, ds = self.packer.pack, self.dataset
-            objs = objects if objects is not None else []
-            if self.columns is not None and self._gather(slot, indices):
-                pass
-            elif self.getitems is not None:
-                pack_getitems(self.packer, slot, idx_list, self.getitems(idx_list), objs)
-            else:
-                for row, index in enumerate(idx_list):
-                    ring.set_progress(slot, row, self.pid)
-                    ctx[2] = index
-                    pack(slot, row, ds[index], objs)
-                ctx[2] = -1
-            flags, var_bytes = 0, 0
-            if objects is not None:
-                flags, var_bytes = self._put_objects(slot, base, objects)
-        except BaseException as e:
-            if isinstance(e, (SystemExit, KeyboardInterrupt)):
-                raise
-            payload = pack_exception(e, index, self.worker.worker_id)
-            del e
+        set_worker_info(self.info)
+        ring, slots = self.ring, self.slots
+        assert self.filler is not None
+        indices = slots.indices(slot, ring.slot_count(slot))
+        objects, error = self.filler.fill(
+            self.packer, self.layout, slot, indices, slots.seed(slot),
+            ring.slot_info(slot)["epoch"], ring, self.pid,
+        )
+        if error is not None:
             if ring.publish(slot, state, False):
-                self.worker.conn.send(("error", self.cid, slot, state, payload))
+                self.worker.conn.send(m.BatchFailed(self.cid, slot, m.generation(state), error))
             return
-        ring.set_result(slot, flags, var_bytes)
+        spill = None
+        if objects is not None:
+            data = pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)
+            if slots.write_objects(slot, data):
+                ring.set_result(slot, 0, len(data))
+            else:
+                from ._ring import F_SPILLED
+
+                ring.set_result(slot, F_SPILLED, 0)
+                spill = data
         if not ring.publish(slot, state, True):
             return  # reclaimed meanwhile (cannot happen while we live) or cancelled
-        if flags:
-            self.worker.conn.send(("spill", self.cid, slot, state, pickle.dumps(objects, protocol=5)))
-
-    def _gather(self, slot: int, indices: Any) -> bool:
-        """ArrayDataset fast path; False (and never again) if a column cannot be gathered."""
-        cols = self.columns
-        assert cols is not None
-        if self.layout.n_objects or len(cols) != len(self.layout.fields):
-            self.columns = None
-            return False
-        try:
-            for k, col in enumerate(cols):
-                self.packer.gather(slot, k, col, indices)
-        except (BufferError, ValueError):  # a non-contiguous column: use __getitems__
-            self.columns = None
-            return False
-        return True
-
-    def _put_objects(self, slot: int, base: int, objects: list[Any]) -> tuple[int, int]:
-        from ._ring import F_SPILLED
-
-        data = pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)
-        layout = self.layout
-        if len(data) > layout.var_bytes:
-            return F_SPILLED, 0
-        start = base + layout.var_offset
-        self.region.mm[start : start + len(data)] = data
-        return 0, len(data)
+        if spill is not None:
+            self.worker.conn.send(m.Spill(self.cid, slot, m.generation(state), spill))
 
 
 class _Worker:
@@ -448,48 +286,47 @@ class _Worker:
                 return
 
     def _read_mail(self) -> bool:
-        """Handle every message sent so far; False on ("stop",)."""
+        """Handle every message sent so far; False on Stop."""
         while self.conn.poll():
             if not self._handle(self.conn.recv()):
                 return False
         return True
 
-    def _handle(self, msg: tuple[Any, ...]) -> bool:
-        kind = msg[0]
-        if kind == "stop":
+    def _handle(self, msg: Any) -> bool:
+        if isinstance(msg, m.Stop):
             return False
-        if kind == "bell":
+        if isinstance(msg, m.Bell):
             from ._region import SharedRegion
             from ._ring import Bell
 
             fd = recv_handle(self.conn)
-            self.bell_region = SharedRegion.attach(fd, msg[1])
+            self.bell_region = SharedRegion.attach(fd, msg.nbytes)
             self.bell = Bell(self.bell_region.mm)
             return True
-        if kind == "dataset":
+        if isinstance(msg, m.AddDataset):
             try:
-                self.add_client(msg[1], pickle.loads(msg[2]))
+                self.add_client(msg.cid, pickle.loads(msg.payload))
             except BaseException as e:
-                self.conn.send(("dataset_error", msg[1], pack_exception(e, None, self.worker_id)))
+                self.conn.send(m.DatasetFailed(msg.cid, pack_exception(e, None, self.worker_id)))
             return True
-        client = self.clients.get(msg[1])
-        if kind == "detach":
+        client = self.clients.get(msg.cid)
+        if isinstance(msg, m.Detach):
             if client is not None:
-                del self.clients[msg[1]]
+                del self.clients[msg.cid]
                 if client in self.active:
                     self.active.remove(client)
                 client.detach()
             return True
-        if kind == "probe":
+        if isinstance(msg, m.Probe):
             if client is not None:
-                client.probe(msg[2], msg[3])
+                client.probe(msg)
             return True
-        if kind == "attach":
+        if isinstance(msg, m.Attach):
             fd = recv_handle(self.conn)
             if client is None:  # its dataset failed to load here (the loader was told)
                 os.close(fd)
                 return True
-            client.attach(msg[2], msg[3], fd)
+            client.attach(msg.layout, msg.nbytes, fd)
             self.active.append(client)
             return True
-        raise RuntimeError(f"fastload worker: unknown message {kind!r}")
+        raise RuntimeError(f"fastload worker: unknown message {msg!r}")

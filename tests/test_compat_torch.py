@@ -251,7 +251,7 @@ def test_zero_copy_and_valid_after_close():
     dl = DataLoader(ArrayDS(), batch_size=4, num_workers=2)
     it = iter(dl)
     t = next(it)
-    mm = dl._loader._engine.region.mm
+    mm = dl._loader._engine.slots.region.mm
     view = np.frombuffer(mm, np.uint8)
     lo, hi = view.ctypes.data, view.ctypes.data + view.nbytes
     del view

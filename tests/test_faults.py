@@ -75,7 +75,7 @@ def test_region_is_an_anonymous_memfd_not_in_dev_shm():
     before = set(os.listdir("/dev/shm"))
     with fastload.Loader(Steady(8, 0), 4, num_workers=1) as loader:
         next(iter(loader))
-        fd = loader._engine.region.fd
+        fd = loader._engine.slots.region.fd
         target = os.readlink(f"/proc/self/fd/{fd}")
         assert target.startswith("/memfd:fastload"), target
         assert set(os.listdir("/dev/shm")) == before
@@ -95,7 +95,8 @@ def test_worker_killed_while_idle_is_restarted_quietly():
         assert [i for b in loader for i in b.tolist()] == list(range(4))
         eng = loader._engine
         deadline = time.monotonic() + 10
-        while any(eng.ring.slot_info(s)["state"] == 2 for s in range(eng.nslots)):  # CLAIMED
+        ring = eng.slots.ring
+        while any(ring.slot_info(s)["state"] == 2 for s in range(ring.nslots)):  # CLAIMED
             assert time.monotonic() < deadline, "the prefetched batch was never published"
             time.sleep(0.01)
         victim = eng.pool.procs[1]

@@ -13,7 +13,7 @@ keys, so trainer snapshots move both ways between this iterator and Chainer's. I
 
 NOTE [blocks of batches]
 fastload's ``Loader`` loads a finite list of batches per Loader epoch (``batch_plan``, NOTE
-[batch plans] in fastload/loader.py); Chainer's stream is infinite with ``repeat=True``. The
+[batch plans] in fastload/_plan.py); Chainer's stream is infinite with ``repeat=True``. The
 stream is cut into blocks, one Loader epoch each. A block is planned, by running Chainer's state
 machine, at the ``next()`` that needs its first batch, and ends just before the next batch that
 crosses an epoch boundary (or after ``_MAX_BLOCK`` batches). So the order sampler is called when

@@ -1,0 +1,213 @@
+"""The validated, frozen settings of a Loader and of a Pool (one validation for both)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["PoolConfig", "LoaderConfig", "check_worker_args", "dataset_len", "resolve_shard"]
+
+#: Where shard="auto" looks for (rank, world size), in this order.
+_SHARD_ENV = (
+    ("RANK", "WORLD_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+)
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """What the worker processes are: shared by a Loader's own workers and a fastload.Pool."""
+
+    num_workers: int
+    start_method: str | None
+    worker_init: Callable[[int], Any] | None
+    seed: int
+
+    @classmethod
+    def build(
+        cls, num_workers: int | None, start_method: str | None, worker_init: Any, seed: Any,
+    ) -> PoolConfig:
+        """A fastload.Pool's settings (num_workers None: os.cpu_count())."""
+        if num_workers is None:
+            num_workers = os.cpu_count() or 1
+        seed = check_worker_args(num_workers, start_method, worker_init, seed, min_workers=1)
+        return cls(num_workers, start_method, worker_init, seed)
+
+
+def check_worker_args(
+    num_workers: int | None, start_method: str | None, worker_init: Any, seed: Any,
+    *, min_workers: int,
+) -> int:
+    """Validate what a Loader and a Pool both take (num_workers None: not checked); returns
+    the seed, drawn at random when None."""
+    from . import _ring
+
+    if num_workers is not None:
+        if not _is_int(num_workers) or num_workers < min_workers:
+            raise ValueError(f"num_workers must be an int >= {min_workers}, got {num_workers!r}")
+        if num_workers > _ring.MAX_WORKERS:
+            raise ValueError(f"num_workers must be <= {_ring.MAX_WORKERS}, got {num_workers}")
+    if start_method not in (None, "fork", "forkserver", "spawn"):
+        raise ValueError(
+            f"start_method must be None, 'fork', 'forkserver' or 'spawn', got {start_method!r}"
+        )
+    if worker_init is not None and not callable(worker_init):
+        raise TypeError(f"worker_init must be callable, got {type(worker_init).__name__}")
+    if seed is None:
+        return int(np.random.SeedSequence().entropy % (2**63))  # type: ignore[operator]
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
+    return int(seed)
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """Every setting of a Loader, validated once (see Loader's docstring for their meaning).
+
+    ``num_workers`` is what the loader uses: 0 for in-process loading (also for an empty
+    dataset), the pool's count on a shared pool."""
+
+    batch_size: int
+    shuffle: bool
+    seed: int
+    drop_last: bool
+    num_workers: int
+    prefetch: int
+    start_method: str | None
+    worker_init: Callable[[int], Any] | None
+    timeout: float | None
+    max_held: int
+    copy: bool
+    on_worker_death: str
+    shard: tuple[int, int]
+    return_mask: bool
+    batch_plan: Callable[[int], Iterable[Sequence[int]]] | None
+    on_stall: tuple[float, Callable[[str], None]] | None
+
+    @property
+    def depth(self) -> int:
+        """Batches in flight (queued or being loaded) at once."""
+        return max(1, self.num_workers * self.prefetch)
+
+    @property
+    def nslots(self) -> int:
+        """NOTE [held batches] (_slots.py): the batches in flight plus those the user holds."""
+        return self.depth + self.max_held
+
+    def pool_config(self) -> PoolConfig:
+        return PoolConfig(self.num_workers, self.start_method, self.worker_init, self.seed)
+
+    @classmethod
+    def build(
+        cls, n: int, *, batch_size: Any, shuffle: bool, seed: Any, drop_last: bool,
+        num_workers: Any, prefetch: Any, start_method: Any, worker_init: Any, timeout: Any,
+        max_held: Any, copy: bool, on_worker_death: Any, shard: Any, return_mask: bool,
+        batch_plan: Any, on_stall: Any, pool: Any,
+    ) -> LoaderConfig:
+        """Validate a Loader's arguments (``pool``: a fastload.Pool or None)."""
+        rank_world = resolve_shard(shard)
+        if on_worker_death not in ("raise", "restart"):
+            raise ValueError(
+                f"on_worker_death must be 'raise' or 'restart', got {on_worker_death!r}"
+            )
+        if not _is_int(batch_size) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if not _is_int(prefetch) or prefetch < 1:
+            raise ValueError(f"prefetch must be an int >= 1, got {prefetch!r}")
+        if not _is_int(max_held) or max_held < 0:
+            raise ValueError(f"max_held must be an int >= 0, got {max_held!r}")
+        if batch_plan is not None and not callable(batch_plan):
+            raise TypeError(f"batch_plan must be callable, got {type(batch_plan).__name__}")
+        if on_stall is not None and not (
+            isinstance(on_stall, tuple) and len(on_stall) == 2 and on_stall[0] > 0
+            and callable(on_stall[1])
+        ):
+            raise ValueError(f"on_stall must be (seconds > 0, callable), got {on_stall!r}")
+        if timeout is not None and not (timeout > 0):
+            raise ValueError(f"timeout must be None or > 0 seconds, got {timeout!r}")
+        if num_workers is None and pool is None:
+            num_workers = os.cpu_count() or 1
+        seed = check_worker_args(num_workers, start_method, worker_init, seed, min_workers=0)
+        if pool is not None:
+            from ._pool import Pool
+
+            if not isinstance(pool, Pool):
+                raise TypeError(f"pool must be a fastload.Pool, got {type(pool).__name__}")
+            pool.check_usable()
+            for name, mine, theirs in (("num_workers", num_workers, pool.num_workers),
+                                       ("start_method", start_method, pool.start_method)):
+                if mine is not None and mine != theirs:
+                    raise ValueError(
+                        f"{name}={mine!r} conflicts with the pool's {name}={theirs!r}; leave "
+                        f"{name} unset when passing pool= (the pool's workers serve this loader)"
+                    )
+            if worker_init is not None:
+                raise ValueError(
+                    "worker_init runs once per worker when the pool starts: pass it to "
+                    "fastload.Pool(..., worker_init=...), not to a Loader on that pool"
+                )
+            num_workers = pool.num_workers
+        return cls(
+            batch_size=batch_size, shuffle=bool(shuffle), seed=seed,
+            drop_last=bool(drop_last), num_workers=num_workers if n else 0,
+            prefetch=prefetch, start_method=start_method, worker_init=worker_init,
+            timeout=timeout, max_held=max_held, copy=bool(copy), on_worker_death=on_worker_death,
+            shard=rank_world, return_mask=bool(return_mask), batch_plan=batch_plan,
+            on_stall=on_stall,
+        )
+
+
+def dataset_len(dataset: Any) -> int:
+    """len(dataset), or a clear error for something that is not a map-style dataset."""
+    if not hasattr(dataset, "__getitem__"):
+        raise TypeError(
+            f"dataset must support __getitem__(int) and __len__(); got {type(dataset).__name__}"
+        )
+    try:
+        n = int(len(dataset))
+    except TypeError:
+        raise TypeError(
+            f"dataset must define __len__(); {type(dataset).__name__} has no len()"
+        ) from None
+    if n < 0:
+        raise ValueError(f"len(dataset) must be >= 0, got {n}")
+    return n
+
+
+def resolve_shard(shard: tuple[int, int] | str | None) -> tuple[int, int]:
+    """``shard=`` of a Loader: None, "auto" (from the environment) or (rank, world_size)."""
+    if shard is None:
+        return (0, 1)
+    if shard == "auto":
+        for rk, wk in _SHARD_ENV:
+            if rk in os.environ and wk in os.environ:
+                try:
+                    rank, world = int(os.environ[rk]), int(os.environ[wk])
+                except ValueError:
+                    raise ValueError(
+                        f"shard='auto': {rk}={os.environ[rk]!r}, {wk}={os.environ[wk]!r} are not "
+                        "integers"
+                    ) from None
+                return resolve_shard((rank, world))
+        return (0, 1)
+    if isinstance(shard, str):
+        raise ValueError(f"shard must be None, 'auto' or (rank, world_size), got {shard!r}")
+    try:
+        rank, world = (int(x) for x in shard)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"shard must be None, 'auto' or (rank, world_size), got {shard!r}"
+        ) from None
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"shard=(rank, world_size) needs 0 <= rank < world_size, got {shard!r}")
+    return (rank, world)

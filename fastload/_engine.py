@@ -1,0 +1,346 @@
+"""The engine behind a Loader: orchestration of the plan, the slots, the workers and deaths.
+
+NOTE [data path]
+The parent plans batches (fastload/_plan.py: an epoch's order depends only on seed and epoch),
+writes each batch's sample indices into a FREE slot and queues it (fastload/_slots.py); a worker
+claims the slot, loads each sample and packs it straight into its row of the slot
+(fastload/_fill.py, the same code the main process runs with num_workers=0); the parent waits
+for the slot and hands the user NumPy views of it whose owner (``.base``) is a ``SlotLease``.
+The slot is FREE again when the last array of the batch dies. The queue runs ahead into the next
+epoch, so workers keep filling while the user is between epochs.
+
+NOTE [pool callbacks]
+workers_died / workers_restarted run in whichever thread checks the pool (another loader's,
+maybe): they only append to ``pending``, reclaim slots (one CAS in C each) and send attach
+messages; this loader raises what they found, in its own thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import pickle
+import time
+from collections import deque
+from typing import Any
+
+from . import _messages as m
+from . import _ring
+from ._config import LoaderConfig
+from ._deaths import DeathPolicy
+from ._fill import BatchFiller
+from ._mailbox import Mailbox
+from ._plan import EpochPlan, PlanCursor
+from ._pool import Pool, WorkerPool
+from ._slots import SlotTable
+from ._wait import POLL_INTERVAL_S, Deadline
+from .errors import LoaderClosedError
+from .layout import BatchLayout
+
+__all__ = ["Engine"]
+
+_client_ids = itertools.count()
+log = logging.getLogger("fastload")
+
+
+class Engine:
+    """Everything a loader owns. Holds no reference to the Loader (so finalizers work)."""
+
+    def __init__(self, dataset: Any, n: int, cfg: LoaderConfig, pool: Pool | None) -> None:
+        self.pid = os.getpid()
+        self.cid = next(_client_ids)
+        self.cfg = cfg
+        self.dataset = dataset
+        self.n = n
+        self.plan = EpochPlan(n, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
+                              drop_last=cfg.drop_last, shard=cfg.shard, batch_plan=cfg.batch_plan)
+        self.cursor = PlanCursor(self.plan)  # the next batch to queue
+        self.deaths = DeathPolicy(cfg.on_worker_death)
+        self.closed = False
+        self.closed_reason = ""
+        self.layout: BatchLayout | None = None
+        self.slots: SlotTable | None = None  # the shared region, once the layout is known
+        self.next_epoch = 0
+        self.active_epoch: int | None = None
+        self.superseded: set[int] = set()  # epochs whose iterator was replaced mid-way
+        self.resume: tuple[int, int] | None = None  # (epoch, position) from load_state_dict
+        self.consumed = 0  # batches delivered of the active epoch
+        self.counters = {"copied_batches": 0, "spilled_batches": 0, "worker_restarts": 0}
+        self.shared_pool = pool  # a fastload.Pool (kept alive while this loader is), or None
+        self.pending: deque[BaseException] = deque()  # NOTE [pool callbacks]
+        self._last_check = time.monotonic()
+        self.filler = BatchFiller(dataset, None) if cfg.num_workers == 0 else None
+        self.pool: WorkerPool | None = None
+        self.mail: Mailbox | None = None
+        if cfg.num_workers > 0:
+            self.pool = (pool.check_usable() if pool is not None
+                         else WorkerPool(cfg.pool_config(), (self.cid, dataset)))
+            self.mail = Mailbox(self.pool, self.cid)
+            self.pool.register(self.cid, self, dataset)
+            if self.plan.ahead:  # a batch plan is asked in its epoch only
+                self._send_probe()
+
+    # -- epochs ------------------------------------------------------------------------------
+    def check_usable(self) -> None:
+        if self.closed:
+            raise LoaderClosedError(
+                f"this Loader is closed ({self.closed_reason}); create a new one"
+            )
+        if os.getpid() != self.pid:
+            raise RuntimeError(
+                "a fastload Loader can only be used in the process that created it "
+                f"(created in pid {self.pid}, used in pid {os.getpid()})"
+            )
+
+    def start_epoch(self) -> int:
+        self.check_usable()
+        if self.active_epoch is not None:
+            self.superseded.add(self.active_epoch)
+            self.abort_epoch()
+        e = self.active_epoch = self.next_epoch
+        self.next_epoch += 1
+        self.consumed = self.resume[1] if self.resume is not None and self.resume[0] == e else 0
+        self.resume = None
+        self.deaths.new_epoch()
+        if self.cursor.epoch < e:
+            self.cursor.seek(e)
+        return e
+
+    def abort_epoch(self) -> None:
+        """Drop the rest of the active epoch (break, error, or a new iter())."""
+        e = self.active_epoch
+        if e is None:
+            return
+        self.active_epoch = None
+        if self.slots is not None:
+            self.slots.drop_tasks(e)
+        if self.cursor.epoch == e:
+            self.cursor.seek(e + 1)
+
+    def next_batch(self, epoch: int) -> Any:
+        self.check_usable()
+        if self.active_epoch != epoch:
+            if epoch not in self.superseded:
+                raise StopIteration  # ended normally, or with an error already raised
+            raise RuntimeError(
+                "this epoch's iterator was superseded: iter(loader) was called again (a new "
+                "epoch started) or the epoch ended with an error"
+            )
+        total = self.plan.nbatches_of(epoch)
+        if self.consumed >= total:
+            self.active_epoch = None
+            raise StopIteration
+        b = self.consumed
+        try:
+            if self.pool is None:
+                batch = self._inprocess_batch(epoch, b)
+            else:
+                batch = self._worker_batch(epoch)
+        except BaseException:
+            self.abort_epoch()
+            raise
+        self.consumed += 1
+        if self.consumed >= total:
+            self.active_epoch = None
+        return (batch, self.plan.mask(epoch, b)) if self.cfg.return_mask else batch
+
+    def _inprocess_batch(self, epoch: int, b: int) -> Any:
+        """num_workers=0: the workers' fill path (fastload/_fill.py), into a private buffer."""
+        assert self.filler is not None
+        self.layout, batch = self.filler.load(
+            self.layout, self.plan.batch(epoch, b), self.cfg.batch_size, self.plan.seed, epoch
+        )
+        return batch
+
+    # -- the worker path ---------------------------------------------------------------------
+    def _worker_batch(self, epoch: int) -> Any:
+        if self.slots is None:
+            self._setup_region()
+        slots = self.slots
+        assert slots is not None
+        if self.pending or time.monotonic() - self._last_check > POLL_INTERVAL_S:
+            self._check_workers()  # also while data flows: a worker may have died idle
+        self._refill()
+        task = slots.inflight[0]
+        assert task.epoch == epoch and task.batch == self.consumed, (task, epoch, self.consumed)
+        word = self._wait_slot(task.slot)
+        slots.inflight.popleft()
+        assert self.mail is not None and self.layout is not None
+        if _ring.state_bits(word)[0] == _ring.FAILED:
+            slots.release(task.slot)
+            self.mail.raise_failure(task.slot, word, f"batch {task.batch} of epoch {epoch}")
+        info = slots.ring.slot_info(task.slot)
+        objects: list[Any] | None = None
+        if self.layout.n_objects:
+            if info["flags"] & _ring.F_SPILLED:
+                objects = self.mail.spilled_objects(task.slot, word)
+                self.counters["spilled_batches"] += 1
+            else:
+                objects = pickle.loads(slots.map.read_objects(task.slot, info["var_bytes"]))
+        batch = slots.deliver(task.slot, info["count"], objects, self.cfg.copy, self.cfg.max_held)
+        self._refill()
+        return batch
+
+    def _refill(self) -> None:
+        slots, pool, plan, cursor = self.slots, self.pool, self.plan, self.cursor
+        assert slots is not None and pool is not None
+        slots.reap()
+        cur = self.active_epoch if self.active_epoch is not None else self.next_epoch
+        if cursor.halfway(cur):
+            plan.prepare(cur + 1)  # shuffle the next epoch halfway through this one
+        while slots.can_queue(self.cfg.depth):
+            task = cursor.next(cur)
+            if task is None:
+                break
+            slots.queue(task[0], task[1], plan.batch(*task), plan.seed)
+            pool.bell.ring()
+
+    def _wait_slot(self, slot: int) -> int:
+        assert self.slots is not None
+        ring, wait = self.slots.ring, Deadline(self.cfg.timeout, self.cfg.on_stall)
+        while True:
+            word = ring.wait(slot, wait.step())
+            if word >= 0:
+                return int(word)
+            self._check_workers()
+            wait.check(lambda: self.slots.why_late(slot))  # type: ignore[union-attr]
+
+    # -- the first sample and the region -----------------------------------------------------
+    def _send_probe(self) -> None:
+        """Ask worker 0 for the layout of the next batch's first sample."""
+        assert self.mail is not None
+        e = self.active_epoch if self.active_epoch is not None else self.next_epoch
+        if self.n and self.plan.nbatches_of(e):
+            index = int(self.plan.batch(e, self.consumed)[0])
+            self.mail.send_probe(m.Probe(self.cid, index, self.cfg.batch_size, self.plan.seed, e))
+
+    def _setup_region(self) -> None:
+        """Wait for worker 0's layout, then create the region and attach every worker."""
+        pool, mail = self.pool, self.mail
+        assert pool is not None and mail is not None
+        wait = Deadline(self.cfg.timeout, self.cfg.on_stall, stall_now=False)
+        while True:
+            if mail.probe is None:
+                self._send_probe()
+            pool.pump(0, POLL_INTERVAL_S)
+            mail.collect()
+            if mail.layout is not None:
+                break
+            self._check_workers()
+            if mail.probe_started:  # a slow process start is not a slow dataset: count from
+                wait.start_stall()  # when worker 0 starts loading the sample
+            wait.check(lambda: f"worker 0 (pid {pool.pid_of(0)}) is still loading sample index "
+                       f"{mail.probe.sample if mail.probe else '?'} (the first sample, which sets "
+                       "the batch layout)")
+        self.layout = mail.layout
+        self.slots = SlotTable(self.layout, self.cfg.nslots, self.counters)
+        for i in range(self.cfg.num_workers):
+            self._attach(i)
+
+    def _attach(self, i: int) -> None:
+        assert self.pool is not None and self.slots is not None
+        # A dead worker is re-attached when check() has restarted it (workers_restarted).
+        region = self.slots.region
+        self.pool.send(i, m.Attach(self.cid, self.layout, region.nbytes), region.fd)
+
+    # -- messages and deaths -----------------------------------------------------------------
+    def _check_workers(self) -> None:
+        """Detect dead workers (of the pool, whichever loader they were serving), have them
+        restarted, and raise what their death means for this loader (see workers_died)."""
+        if self.pool is None:
+            return
+        self._last_check = time.monotonic()
+        self.pool.check()
+        if self.pending:
+            exc = self.pending.popleft()
+            self.pending.clear()  # one error at a time: the rest concern the same deaths
+            raise exc
+
+    def workers_died(self, deaths: list[m.Death]) -> None:
+        """The pool found dead workers (called before they are restarted): fastload/_deaths.py
+        judges; the lost batches are re-queued, or abandoned if the epoch ends (batches
+        prefetched for the next epoch are always re-queued)."""
+        assert self.mail is not None
+        try:
+            self.mail.collect()
+        except BaseException as e:  # an init or probe error: raise it rather than a death
+            self.pending.append(e)
+            return
+        lost: dict[int, list[int | None]] = {}
+        held: list[tuple[int, int, int]] = []  # (worker, slot, epoch)
+        for d in deaths:
+            if self.slots is not None:
+                for slot, epoch, index in self.slots.claimed_by(d.worker):
+                    lost.setdefault(d.worker, []).append(index)
+                    held.append((d.worker, slot, epoch))
+            else:
+                lost[d.worker] = self.mail.probe_lost(d.worker)  # the first sample?
+        verdict = self.deaths.judge(deaths, lost, bool(held))
+        if self.slots is not None:
+            for i, s, epoch in held:
+                requeue = not (verdict.fatal and epoch == self.active_epoch)
+                self.slots.ring.reclaim_slot(s, i, requeue)
+        if verdict.error is not None:
+            self.pending.append(verdict.error)
+        elif verdict.warning is not None:
+            log.warning("%s", verdict.warning)
+
+    def workers_restarted(self, restarted: list[int]) -> None:
+        """The pool restarted these workers (they have this loader's dataset again)."""
+        self.counters["worker_restarts"] += len(restarted)
+        if self.slots is not None:
+            for i in restarted:
+                self._attach(i)
+
+    # -- shutdown, resume, stats -------------------------------------------------------------
+    def close(self, reason: str = "close() was called") -> None:
+        """NOTE [shutdown] (fastload/_pool.py, docs/design.md). Idempotent; never raises."""
+        if self.closed or os.getpid() != self.pid:
+            return
+        self.closed, self.closed_reason, self.active_epoch = True, reason, None
+        try:
+            if self.slots is not None:
+                self.slots.ring.stop()  # step 1
+            if self.pool is not None:
+                if self.shared_pool is None:
+                    self.pool.close()  # steps 2-3
+                else:  # the pool's workers stay; they unmap our region and drop our dataset
+                    self.pool.unregister(self.cid)
+        finally:
+            if self.slots is not None:
+                self.slots.close()  # step 5: live zero-copy batches keep the mapping
+                self.slots = None
+            if self.mail is not None:
+                self.mail.clear()
+            self.dataset = self.filler = None
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.resume is not None:  # loaded, not yet iterated
+            return self.plan.state(*self.resume)
+        if self.active_epoch is not None:
+            return self.plan.state(self.active_epoch, self.consumed)
+        return self.plan.state(self.next_epoch, 0)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.check_usable()
+        epoch, position = self.plan.restore(state)
+        if self.active_epoch is not None:
+            self.superseded.add(self.active_epoch)
+            self.abort_epoch()
+        if self.slots is not None:  # whatever ran ahead belongs to another order
+            self.slots.drop_tasks()
+        self.next_epoch = epoch
+        self.resume = (epoch, position)
+        self.cursor.seek(epoch, position)
+        self.superseded = {e for e in self.superseded if e < epoch}
+
+    def stats(self) -> dict[str, Any]:
+        slots = self.slots
+        out: dict[str, Any] = dict(self.counters)
+        out["held_batches"] = slots.held if slots else 0
+        out["nslots"] = self.cfg.nslots
+        out["slot_bytes"] = self.layout.slot_bytes if self.layout is not None else None
+        if slots is not None and not slots.ring.closed:
+            out["ring"] = slots.ring.stats()
+        return out

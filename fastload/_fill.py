@@ -1,0 +1,188 @@
+"""Loading a batch into a slot: the one fill path, run by workers and, with num_workers=0, by
+the main process (torch's ``_utils/fetch.py`` is the model: one fetcher for both).
+
+A ``BatchFiller`` holds a dataset and its fast paths (``__getitems__``; the ``ArrayDataset``
+gather in C) and loads a batch's samples into a packer's slot, with the sample context that
+``sample_rng()`` reads set for each sample. It returns the batch's object leaves, or the packed
+exception (``fastload._remote``) of the sample that failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._remote import pack_exception
+
+__all__ = ["WorkerInfo", "get_worker_info", "sample_rng", "BatchFiller", "set_worker_info"]
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What :func:`get_worker_info` returns inside a worker."""
+
+    id: int
+    num_workers: int
+    seed: int
+    dataset: Any
+
+
+_worker_info: WorkerInfo | None = None
+
+#: (seed, epoch, index) of the sample being loaded, for sample_rng(); set by BatchFiller.
+_sample_ctx: list[int] = [0, 0, -1]
+
+
+def set_worker_info(info: WorkerInfo | None) -> None:
+    global _worker_info
+    _worker_info = info
+
+
+def get_worker_info() -> WorkerInfo | None:
+    """Inside a worker: its :class:`WorkerInfo`. In the main process: ``None``."""
+    return _worker_info
+
+
+def sample_rng(index: int | None = None) -> Any:
+    """A ``numpy.random.Generator`` for the sample being loaded, seeded from
+    ``(seed, epoch, index)``.
+
+    Call it inside ``__getitem__``: random augmentations are then bitwise reproducible whatever
+    the number of workers, the start method, or a resume in between. In ``__getitems__`` pass
+    the index explicitly. Outside a loader it raises RuntimeError.
+
+    Examples
+    --------
+    >>> import numpy as np, fastload
+    >>> class Noisy:
+    ...     def __len__(self): return 4
+    ...     def __getitem__(self, i):
+    ...         return np.float64(i) + fastload.sample_rng().normal()
+    >>> a = [b.tolist() for b in fastload.Loader(Noisy(), 2, seed=1, num_workers=0)]
+    >>> b = [b.tolist() for b in fastload.Loader(Noisy(), 2, seed=1, num_workers=0)]
+    >>> a == b
+    True
+    """
+    seed, epoch, current = _sample_ctx
+    i = current if index is None else int(index)
+    if i < 0:
+        raise RuntimeError(
+            "fastload.sample_rng() is only meaningful while a fastload Loader loads a sample "
+            "(inside __getitem__), or with an explicit index inside __getitems__"
+        )
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, i])))
+
+
+class BatchFiller:
+    """A dataset's samples -> a slot (``worker_id`` None: the main process)."""
+
+    def __init__(self, dataset: Any, worker_id: int | None) -> None:
+        self.dataset = dataset
+        self.worker_id = worker_id
+        self.getitems = getattr(dataset, "__getitems__", None)
+        columns = getattr(dataset, "_fastload_columns", None)
+        # fastload.ArrayDataset: rows are gathered in C, no Python call per sample.
+        self.columns: list[Any] | None = columns() if callable(columns) else None
+
+    def probe(self, index: int, batch_size: int, seed: int, epoch: int) -> Any:
+        """The BatchLayout of sample ``index`` (raises what the dataset raises)."""
+        from .layout import BatchLayout
+
+        ctx = _sample_ctx
+        ctx[0], ctx[1], ctx[2] = seed, epoch, index
+        try:
+            return BatchLayout(self.dataset[index], batch_size)
+        finally:
+            ctx[2] = -1
+
+    def fill(self, packer: Any, layout: Any, slot: int, indices: Any, seed: int, epoch: int,
+             ring: Any = None, pid: int = 0) -> tuple[list[Any] | None, bytes | None]:
+        """Load the samples ``indices`` (an int64 array) into ``slot``. Returns (object leaves
+        or None if the layout has none, None) or (None, the packed exception). With a ``ring``,
+        the row being loaded is recorded in the slot before each sample (stall reports and
+        death reports read it)."""
+        objects: list[Any] = []
+        index = None
+        ctx = _sample_ctx
+        ctx[0], ctx[1] = seed, epoch
+        try:
+            if self.columns is not None and self._gather(packer, layout, slot, indices):
+                pass
+            else:
+                idx_list = indices.tolist()
+                if self.getitems is not None:
+                    _pack_getitems(packer, slot, idx_list, self.getitems(idx_list), objects)
+                else:
+                    pack, ds = packer.pack, self.dataset
+                    for row, index in enumerate(idx_list):
+                        if ring is not None:
+                            ring.set_progress(slot, row, pid)
+                        ctx[2] = index
+                        pack(slot, row, ds[index], objects)
+        except BaseException as e:
+            if isinstance(e, (SystemExit, KeyboardInterrupt)):
+                raise
+            return None, pack_exception(e, index, self.worker_id)
+        finally:
+            ctx[2] = -1
+        return (objects if layout.n_objects else None), None
+
+    def load(self, layout: Any, indices: Any, batch_size: int, seed: int, epoch: int) -> Any:
+        """num_workers=0: (layout, batch) of the samples ``indices``, filled as a worker fills
+        a slot, into a buffer of its own (the batch's arrays are views of it). ``layout`` None:
+        the first sample sets it. Raises what the dataset raised, rebuilt as for a worker's."""
+        from ._pack import Packer
+        from ._remote import raise_rebuilt
+
+        indices = np.ascontiguousarray(indices, dtype=np.int64)
+        if layout is None:
+            try:
+                layout = self.probe(int(indices[0]), batch_size, seed, epoch)
+            except Exception as e:
+                raise_rebuilt(pack_exception(e, int(indices[0]), None))
+        buf = np.empty(layout.slot_bytes, np.uint8)
+        packer = Packer(buf, 0, layout.slot_bytes, 1, layout.batch_size, layout.tree,
+                        layout.packer_fields)
+        try:
+            objects, error = self.fill(packer, layout, 0, indices, seed, epoch)
+        finally:
+            packer.close()
+        if error is not None:
+            raise_rebuilt(error)
+        return layout, layout.unpack(buf, len(indices), objects)
+
+    def _gather(self, packer: Any, layout: Any, slot: int, indices: Any) -> bool:
+        """ArrayDataset fast path; False (and never again) if a column cannot be gathered."""
+        cols = self.columns
+        assert cols is not None
+        if layout.n_objects or len(cols) != len(layout.fields):
+            self.columns = None
+            return False
+        try:
+            for k, col in enumerate(cols):
+                packer.gather(slot, k, col, indices)
+        except (BufferError, ValueError):  # a non-contiguous column: use __getitems__
+            self.columns = None
+            return False
+        return True
+
+
+def _pack_getitems(packer: Any, slot: int, idx_list: list[int], samples: Any,
+                   objs: list[Any]) -> None:
+    """Pack what ``__getitems__`` returned: a list of samples (torch's convention), or one
+    already-stacked batch (the sample structure with a leading batch axis on every array)."""
+    count = len(idx_list)
+    if not isinstance(samples, list):
+        packer.pack_batch(slot, samples, count)
+        return
+    if len(samples) != count:
+        raise ValueError(f"__getitems__ returned {len(samples)} samples for {count} indices")
+    for row, sample in enumerate(samples):
+        try:
+            packer.pack(slot, row, sample, objs)
+        except Exception as e:
+            if hasattr(e, "add_note"):
+                e.add_note(f"(sample index {idx_list[row]}, from __getitems__)")
+            raise

@@ -1,0 +1,119 @@
+"""A loader's end of its workers' pipes: the messages the pool routed to it, the first-sample
+probe, and the batch messages (errors, spills) filed by slot until the loader asks for them."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from typing import Any, NoReturn
+
+from . import _messages as m
+from . import _ring
+from ._pool import WorkerPool
+from ._remote import message_of, raise_rebuilt
+from ._wait import POLL_INTERVAL_S
+from .errors import WorkerDied, WorkerError
+
+__all__ = ["Mailbox"]
+
+
+class Mailbox:
+    """Messages of one client (``cid``) of a worker pool. ``collect`` may run in another
+    loader's thread (NOTE [pool callbacks] in _engine.py): it only files messages."""
+
+    def __init__(self, pool: WorkerPool, cid: int) -> None:
+        self.pool = pool
+        self.cid = cid
+        self.msgs: dict[tuple[int, int], Any] = {}  # (slot, generation) -> BatchFailed/Spill
+        self.lock = threading.Lock()
+        self.layout: Any = None  # what worker 0's probe found
+        self.probe: m.Probe | None = None  # sent, not yet answered
+        self.probe_started = False  # worker 0 said it began loading the probe sample
+
+    def send_probe(self, probe: m.Probe) -> None:
+        # Not kept if worker 0 is dead: the engine asks again once it is restarted.
+        self.probe = probe if self.pool.send(0, probe) else None
+        self.probe_started = False
+
+    def probe_lost(self, worker: int) -> list[int | None]:
+        """``worker`` died: the probe sample it was loading (it is asked again after the
+        restart), if any."""
+        if worker != 0 or self.probe is None or self.layout is not None:
+            return []
+        lost: list[int | None] = [self.probe.sample] if self.probe_started else []
+        self.probe, self.probe_started = None, False
+        return lost
+
+    def collect(self) -> None:
+        """File the messages routed to us; raise what stops the loader from starting (after
+        filing the rest)."""
+        first: BaseException | None = None
+        with self.lock:
+            for i, msg in self.pool.take(self.cid):
+                try:
+                    self._note(i, msg)
+                except BaseException as e:
+                    first = first or e
+        if first is not None:
+            raise first
+
+    def _note(self, i: int, msg: Any) -> None:
+        if isinstance(msg, (m.BatchFailed, m.Spill)):
+            self.msgs[(msg.slot, msg.generation)] = msg
+        elif isinstance(msg, m.ProbeStarted):
+            self.probe_started = True
+        elif isinstance(msg, m.LayoutFound):
+            if self.layout is None:
+                self.layout = msg.layout
+        elif isinstance(msg, (m.ProbeFailed, m.InitFailed)):
+            self.probe = None
+            raise_rebuilt(msg.error)
+        elif isinstance(msg, m.DatasetFailed):
+            try:
+                raise_rebuilt(msg.error)
+            except BaseException as exc:
+                raise WorkerError(
+                    f"worker {i} could not unpickle the dataset: {type(exc).__name__}: "
+                    f"{message_of(msg.error)}. A Loader on a shared fastload.Pool sends its "
+                    "dataset, pickled, to workers that are already running: its class must be "
+                    "importable there (define it in a module, or, with fork, in the main script "
+                    "before the Pool is created)"
+                ) from exc
+
+    def raise_failure(self, slot: int, word: int, what: str) -> NoReturn:
+        """Raise the error of the FAILED slot's batch (its state ``word`` names the worker)."""
+        owner = _ring.state_bits(word)[1]
+        msg = self.take(owner, slot, word)
+        if msg is None:
+            raise WorkerDied(
+                f"worker {owner} failed {what} and died before it could report why"
+            )
+        raise_rebuilt(msg.error)
+
+    def spilled_objects(self, slot: int, word: int) -> list[Any]:
+        """The object leaves of a READY slot's batch that travelled over the pipe."""
+        owner = _ring.state_bits(word)[1]
+        msg = self.take(owner, slot, word)
+        if msg is None:
+            raise WorkerDied(f"worker {owner} died while sending batch objects")
+        objects: list[Any] = pickle.loads(msg.objects)
+        return objects
+
+    def take(self, worker: int, slot: int, word: int) -> Any:
+        """The message ``worker`` sent about (slot, state word), watching its liveness: None if
+        it died before sending it."""
+        key = (slot, m.generation(word))
+        pool = self.pool
+        incarnation = pool.incarnation[worker]
+        while True:
+            self.collect()
+            if key in self.msgs:
+                return self.msgs.pop(key)
+            if not pool.is_alive(worker, incarnation):
+                pool.pump(worker, 0)  # it died: what it sent is all there is
+                self.collect()
+                return self.msgs.pop(key, None)
+            pool.pump(worker, POLL_INTERVAL_S)
+
+    def clear(self) -> None:
+        self.msgs.clear()

@@ -1,0 +1,117 @@
+"""The messages between the parent and its workers, one small immutable type each.
+
+NOTE [worker protocol]
+Each worker has one duplex pipe (a socketpair) to the parent. A worker serves one or more
+*clients* (loaders; NOTE [one pool, many loaders] in _pool.py), each named by an id (cid).
+Batch data never travels through the pipe: workers write straight into slots. Messages are
+rare (set-up, errors, object leaves that did not fit a slot), never one per batch.
+
+Parent -> worker: ``Bell`` + the pool's bell fd (sent first, once); ``AddDataset`` (a new
+client); ``Probe`` (load one sample, reply ``ProbeStarted`` then ``LayoutFound`` or
+``ProbeFailed``); ``Attach`` + the client's region fd (map it, start filling its ring);
+``Detach`` (drop the client's dataset, unmap its region); ``Stop`` (exit 0). An fd follows its
+message on the pipe as an SCM_RIGHTS message (multiprocessing.reduction.send_handle).
+
+Worker -> parent: ``ProbeStarted``, ``LayoutFound``, ``ProbeFailed``; ``BatchFailed`` for a
+batch that raised (sent *after* the slot is marked FAILED, so a large message can never block a
+worker that the parent is not yet reading); ``Spill`` for object leaves that did not fit the
+slot's variable area; ``DatasetFailed`` when a dataset cannot be unpickled there; ``InitFailed``
+when ``worker_init`` fails (it concerns every client).
+Batch messages are filed by (slot, generation): the worker knows the generation of its CLAIMED
+state word, the parent that of the READY/FAILED word; both carry the same one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+__all__ = [
+    "Bell", "AddDataset", "Probe", "Attach", "Detach", "Stop",
+    "ProbeStarted", "LayoutFound", "ProbeFailed", "BatchFailed", "Spill", "DatasetFailed",
+    "InitFailed", "Death", "generation",
+]
+
+
+def generation(state_word: int) -> int:
+    """The generation bits of a slot's state word (csrc/fl_layout.h: FL_GEN_BITS)."""
+    return state_word >> 16
+
+
+# -- parent -> worker --------------------------------------------------------------------------
+class Bell(NamedTuple):
+    nbytes: int  # the bell region's size; its fd follows
+
+
+class AddDataset(NamedTuple):
+    cid: int
+    payload: bytes  # the pickled dataset
+
+
+class Probe(NamedTuple):
+    cid: int
+    sample: int  # its index in the dataset
+    batch_size: int
+    seed: int
+    epoch: int
+
+
+class Attach(NamedTuple):
+    cid: int
+    layout: Any  # BatchLayout
+    nbytes: int  # the region's size; its fd follows
+
+
+class Detach(NamedTuple):
+    cid: int
+
+
+class Stop(NamedTuple):
+    pass
+
+
+# -- worker -> parent --------------------------------------------------------------------------
+class ProbeStarted(NamedTuple):
+    cid: int  # worker 0 began loading the probe sample: a death from now on is its doing
+
+
+class LayoutFound(NamedTuple):
+    cid: int
+    layout: Any  # BatchLayout
+
+
+class ProbeFailed(NamedTuple):
+    cid: int
+    error: bytes  # fastload._remote.pack_exception
+
+
+class BatchFailed(NamedTuple):
+    cid: int
+    slot: int
+    generation: int
+    error: bytes
+
+
+class Spill(NamedTuple):
+    cid: int
+    slot: int
+    generation: int
+    objects: bytes  # the batch's pickled object leaves
+
+
+class DatasetFailed(NamedTuple):
+    cid: int
+    error: bytes
+
+
+class InitFailed(NamedTuple):
+    error: bytes
+    cid: int = -1  # every client
+
+
+# -- pool -> its clients (in the parent) ----------------------------------------------------
+class Death(NamedTuple):
+    """A worker the pool found dead (reported to every client before it is restarted)."""
+
+    worker: int
+    pid: int | None
+    exitcode: int | None

@@ -1,0 +1,207 @@
+"""The epoch plan: which samples form which batch of which epoch, and where a resume starts.
+
+Pure logic (no processes, no shared memory): an epoch's order depends only on (seed, epoch,
+rank, world size), never on the number of workers or on timing.
+
+NOTE [rank sharding]
+Every rank gets the same number of samples (distributed training hangs otherwise): the epoch's
+global order is cut (drop_last) or padded by wrapping around to a multiple of world_size, then
+rank r takes positions r, r + world, ... Padded positions are duplicates; ``mask`` says which
+samples are real (``return_mask=True``).
+
+NOTE [batch plans]
+Front ends with their own samplers (fastload.compat) pass ``batch_plan(epoch)`` -> batches of
+indices. It is called once per epoch, in epoch order, and never before that epoch has started
+(the queue runs at most into the epoch being iterated), so a sampler may depend on what happened
+before (``DistributedSampler.set_epoch``); ``batch_size`` is then the largest batch it may return.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["EpochPlan", "PlanCursor", "STATE_FORMAT"]
+
+STATE_FORMAT = "fastload.Loader/1"
+
+_Array = np.ndarray[Any, Any]
+
+
+class EpochPlan:
+    """Orders, masks and batches of every epoch (cached for the two epochs in use)."""
+
+    def __init__(
+        self,
+        n: int,
+        batch_size: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        drop_last: bool,
+        shard: tuple[int, int] = (0, 1),
+        batch_plan: Callable[[int], Iterable[Sequence[int]]] | None = None,
+    ) -> None:
+        self.n = n
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.rank, self.world = shard
+        self.batch_plan = batch_plan
+        w = self.world
+        #: samples per epoch on this rank (NOTE [rank sharding])
+        self.n_local = (n // w if drop_last else math.ceil(n / w)) if n else 0
+        nl = self.n_local
+        #: batches per epoch (without a batch plan)
+        self.nbatches = nl // batch_size if drop_last else math.ceil(nl / batch_size)
+        self._orders: dict[int, tuple[_Array, _Array]] = {}  # epoch -> (order, valid)
+        self._plans: dict[int, list[_Array]] = {}
+
+    @property
+    def ahead(self) -> bool:
+        """Whether the queue may plan the next epoch before it starts (not with a batch plan)."""
+        return self.batch_plan is None
+
+    def order(self, epoch: int) -> _Array:
+        """This rank's sample indices of ``epoch``, in order (int64)."""
+        return self._order(epoch)[0]
+
+    def _order(self, epoch: int) -> tuple[_Array, _Array]:
+        got = self._orders.get(epoch)
+        if got is None:
+            if self.shuffle:
+                ss = np.random.SeedSequence([self.seed, epoch])
+                o = np.random.Generator(np.random.PCG64(ss)).permutation(self.n)
+                o = o.astype(np.int64, copy=False)
+            else:
+                o = np.arange(self.n, dtype=np.int64)
+            valid = np.ones(len(o), np.bool_)
+            if self.world > 1:  # NOTE [rank sharding]
+                total = self.n_local * self.world
+                valid = (np.arange(total) < self.n)[self.rank :: self.world]
+                o = np.resize(o, total)[self.rank :: self.world]
+            for old in [e for e in self._orders if e < epoch - 1]:
+                del self._orders[old]
+            got = self._orders[epoch] = (o, valid)
+        return got
+
+    def prepare(self, epoch: int) -> None:
+        """Compute ``epoch``'s order now (shuffling 1e6 samples takes milliseconds: done ahead,
+        while the queue is full, it does not stall the workers)."""
+        if self.batch_plan is None and self.shuffle and epoch not in self._orders:
+            self._order(epoch)
+
+    def mask(self, epoch: int, b: int) -> _Array:
+        """Which samples of batch ``b`` are real (False: a padded duplicate)."""
+        bs = self.batch_size
+        if self.batch_plan is not None:
+            return np.ones(len(self.plan(epoch)[b]), np.bool_)
+        mask: _Array = self._order(epoch)[1][b * bs : (b + 1) * bs].copy()
+        return mask
+
+    def plan(self, epoch: int) -> list[_Array]:
+        """NOTE [batch plans]: the batches ``batch_plan(epoch)`` gave, checked."""
+        p = self._plans.get(epoch)
+        if p is None:
+            assert self.batch_plan is not None
+            p = []
+            for k, batch in enumerate(self.batch_plan(epoch)):
+                a = np.asarray(batch, dtype=np.int64).reshape(-1)
+                if not 0 < len(a) <= self.batch_size:
+                    raise ValueError(
+                        f"batch {k} of epoch {epoch} has {len(a)} indices; expected 1 to "
+                        f"{self.batch_size}"
+                    )
+                if a.min() < 0 or a.max() >= self.n:
+                    bad = a[(a < 0) | (a >= self.n)][0]
+                    raise IndexError(f"sampler index {bad} out of range for {self.n} samples")
+                p.append(a)
+            for old in [e for e in self._plans if e < epoch - 1]:
+                del self._plans[old]
+            self._plans[epoch] = p
+        return p
+
+    def nbatches_of(self, epoch: int) -> int:
+        return self.nbatches if self.batch_plan is None else len(self.plan(epoch))
+
+    def batch(self, epoch: int, b: int) -> _Array:
+        """The sample indices of batch ``b`` of ``epoch``."""
+        if self.batch_plan is not None:
+            return self.plan(epoch)[b]
+        bs = self.batch_size
+        return self._order(epoch)[0][b * bs : (b + 1) * bs]
+
+    # -- resume ------------------------------------------------------------------------------
+    def state(self, epoch: int, position: int) -> dict[str, Any]:
+        """A small JSON-serialisable dict: resume at batch ``position`` of ``epoch``."""
+        return {
+            "format": STATE_FORMAT,
+            "seed": self.seed,
+            "epoch": epoch,
+            "position": position,
+            "len": self.n,
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "shard": [self.rank, self.world],
+        }
+
+    def restore(self, state: dict[str, Any]) -> tuple[int, int]:
+        """Take the seed of ``state`` (checked against this plan); returns (epoch, position)."""
+        if self.batch_plan is not None:
+            raise NotImplementedError("resuming a loader driven by a custom sampler")
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(f"not a fastload Loader state: format {state.get('format')!r}")
+        for key, mine in (("len", self.n), ("batch_size", self.batch_size),
+                          ("shuffle", self.shuffle), ("drop_last", self.drop_last),
+                          ("shard", [self.rank, self.world])):
+            if state.get(key, [0, 1] if key == "shard" else None) != mine:
+                raise ValueError(
+                    f"the state was saved with {key}={state.get(key)!r} but this loader has "
+                    f"{key}={mine!r}; resuming would not reproduce the same batches"
+                )
+        epoch, position = int(state["epoch"]), int(state["position"])
+        if epoch < 0 or not (0 <= position <= self.nbatches):
+            raise ValueError(f"invalid state: epoch {epoch}, position {position}")
+        self.seed = int(state["seed"])
+        self._orders.clear()
+        return epoch, position
+
+
+class PlanCursor:
+    """The next batch to queue: (epoch, batch), running at most one epoch ahead of the one
+    being iterated, and never into an epoch a batch plan has not been asked for yet."""
+
+    __slots__ = ("plan", "epoch", "batch")
+
+    def __init__(self, plan: EpochPlan) -> None:
+        self.plan = plan
+        self.epoch = 0
+        self.batch = 0
+
+    def seek(self, epoch: int, batch: int = 0) -> None:
+        self.epoch, self.batch = epoch, batch
+
+    def next(self, current: int) -> tuple[int, int] | None:
+        """The (epoch, batch) to queue next while ``current`` is iterated, advancing; None if
+        nothing may be queued now."""
+        plan = self.plan
+        if not plan.ahead and self.epoch > current:
+            return None  # NOTE [batch plans]: a sampler is only asked once its epoch started
+        while self.batch >= plan.nbatches_of(self.epoch):
+            if self.epoch >= current + (1 if plan.ahead else 0):
+                return None  # never plan more than one epoch ahead
+            self.epoch, self.batch = self.epoch + 1, 0
+            if plan.nbatches_of(self.epoch) == 0:
+                return None
+        task = (self.epoch, self.batch)
+        self.batch += 1
+        return task
+
+    def halfway(self, current: int) -> bool:
+        """Whether the cursor is past half of ``current`` (time to shuffle the next epoch)."""
+        return self.epoch == current and 2 * self.batch >= self.plan.nbatches

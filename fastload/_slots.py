@@ -1,0 +1,237 @@
+"""The slots of a loader's shared region: where a slot's task and data are, and, in the parent,
+which slots are free, queued, held by the user or abandoned.
+
+NOTE [held batches]
+The ring has ``num_workers * prefetch`` slots in flight plus ``max_held`` slots the user may hold
+as zero-copy batches. When the user already holds ``max_held`` batches, the next batch is
+returned as a copy (one memcpy of the slot) and its slot is reused at once: holding any number of
+batches never deadlocks and never lets a held batch change. ``Loader.stats()["copied_batches"]``
+counts those copies.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import _pack, _ring
+from ._region import SharedRegion
+from .layout import PAGE, BatchLayout
+
+__all__ = ["SlotMap", "SlotTable", "Task", "STATE_NAMES"]
+
+STATE_NAMES = {
+    _ring.FREE: "FREE",
+    _ring.QUEUED: "QUEUED",
+    _ring.CLAIMED: "CLAIMED",
+    _ring.READY: "READY",
+    _ring.FAILED: "FAILED",
+    _ring.READING: "READING",
+}
+
+
+class SlotMap:
+    """The one place that knows where a slot and its task are in a region (NOTE [slot payload
+    layout] in layout.py): used by the parent, which writes tasks, and by workers, which read
+    them and write the variable area."""
+
+    __slots__ = ("mm", "ring", "layout", "data_offset", "slot_bytes")
+
+    def __init__(self, mm: Any, ring: Any, layout: BatchLayout) -> None:
+        self.mm, self.ring, self.layout = mm, ring, layout
+        self.data_offset, self.slot_bytes = ring.data_offset, ring.slot_bytes
+
+    def base(self, slot: int) -> int:
+        return int(self.data_offset + slot * self.slot_bytes)
+
+    def write_task(self, slot: int, indices: Any, seed: int) -> None:
+        lay = self.layout
+        task = np.frombuffer(self.mm, np.int64, lay.batch_size + 1, self.base(slot))
+        task[: len(indices)] = indices
+        task[lay.batch_size] = seed  # lay.seed_offset == 8 * batch_size
+
+    def indices(self, slot: int, count: int) -> np.ndarray[Any, Any]:
+        """The task's sample indices (a view: int64, ``count`` of them)."""
+        return np.frombuffer(self.mm, np.int64, count, self.base(slot) + self.layout.index_offset)
+
+    def seed(self, slot: int) -> int:
+        at = self.base(slot) + self.layout.seed_offset
+        return int(np.frombuffer(self.mm, np.int64, 1, at)[0])
+
+    def write_objects(self, slot: int, data: bytes) -> bool:
+        """Put a batch's pickled object leaves in its variable area; False if they do not fit."""
+        if len(data) > self.layout.var_bytes:
+            return False
+        start = self.base(slot) + self.layout.var_offset
+        self.mm[start : start + len(data)] = data
+        return True
+
+    def read_objects(self, slot: int, nbytes: int) -> bytes:
+        start = self.base(slot) + self.layout.var_offset
+        return bytes(self.mm[start : start + nbytes])
+
+
+class Task(NamedTuple):
+    """A batch queued in a slot."""
+
+    seq: int
+    slot: int
+    epoch: int
+    batch: int
+
+
+class _Returner:
+    """Takes slots back from dying leases (in whatever thread the last array is freed)."""
+
+    def __init__(self, ring: Any) -> None:
+        self.ring = ring
+        self.freed: deque[int] = deque()
+        self.closed = False
+
+    def release(self, slot: int) -> None:
+        if not self.closed:
+            self.ring.release(slot)
+            self.freed.append(slot)
+
+
+class SlotTable:
+    """The parent's view of a loader's region: the ring, its slots' bookkeeping and the tasks
+    in flight, oldest first."""
+
+    def __init__(self, layout: BatchLayout, nslots: int, counters: dict[str, int]) -> None:
+        ctl = _ring.control_nbytes(nslots)
+        data_offset = -(-ctl // PAGE) * PAGE
+        self.region = SharedRegion(data_offset + nslots * layout.slot_bytes)
+        try:
+            self.ring = _ring.RingIndex.create(
+                self.region.mm, nslots, layout.slot_bytes, data_offset, os.getpid()
+            )
+        except BaseException:
+            self.region.close()
+            raise
+        self.layout = layout
+        self.nslots = nslots
+        self.map = SlotMap(self.region.mm, self.ring, layout)
+        self.returner = _Returner(self.ring)
+        self.free = list(range(nslots - 1, -1, -1))
+        self.leased: set[int] = set()  # held by the user as zero-copy batches
+        self.stale: set[int] = set()  # abandoned tasks a worker may still be loading
+        self.inflight: deque[Task] = deque()
+        self.seq = 0
+        self.counters = counters  # the loader's stats(): copied_batches
+
+    # -- queueing ----------------------------------------------------------------------------
+    def can_queue(self, depth: int) -> bool:
+        return len(self.inflight) < depth and bool(self.free)
+
+    def queue(self, epoch: int, batch: int, indices: Any, seed: int) -> None:
+        slot = self.free.pop()
+        self.map.write_task(slot, indices, seed)
+        self.ring.queue(slot, self.seq, epoch, len(indices))
+        self.inflight.append(Task(self.seq, slot, epoch, batch))
+        self.seq += 1
+
+    def drop(self, slot: int) -> None:
+        """Abandon the task in ``slot``: freed now if no worker has it, else once it is done."""
+        if self.ring.cancel(slot) or _ring.state_bits(self.ring.state(slot))[0] == _ring.FREE:
+            self.free.append(slot)  # unclaimed, or abandoned by a reclaim
+        else:
+            self.stale.add(slot)
+
+    def drop_tasks(self, epoch: int | None = None) -> None:
+        """Abandon the tasks of ``epoch`` in flight (None: all of them)."""
+        keep: deque[Task] = deque()
+        for task in self.inflight:
+            if epoch is None or task.epoch == epoch:
+                self.drop(task.slot)
+            else:
+                keep.append(task)
+        self.inflight = keep
+
+    def reap(self) -> None:
+        """Take back the slots the user's batches released and the abandoned tasks that no
+        worker holds any more."""
+        freed = self.returner.freed
+        while freed:
+            s = freed.popleft()
+            self.leased.discard(s)
+            self.free.append(s)
+        ring = self.ring
+        for s in list(self.stale):
+            st = _ring.state_bits(ring.state(s))[0]
+            if st in (_ring.READY, _ring.FAILED):
+                ring.release(s)
+            elif not (st == _ring.FREE or (st == _ring.QUEUED and ring.cancel(s))):
+                continue  # still being loaded (FREE/QUEUED: abandoned or re-queued by a reclaim)
+            self.stale.discard(s)
+            self.free.append(s)
+
+    # -- delivery ----------------------------------------------------------------------------
+    def release(self, slot: int) -> None:
+        """A FAILED (or copied) slot goes back to the free list."""
+        self.ring.release(slot)
+        self.free.append(slot)
+
+    def deliver(self, slot: int, count: int, objects: list[Any] | None, copy: bool,
+                max_held: int) -> Any:
+        """The batch in a READY slot: zero-copy views owned by a lease, or (NOTE [held
+        batches]) a copy when the user holds ``max_held`` batches already or ``copy``."""
+        lay, ring = self.layout, self.ring
+        self.reap()
+        base = self.map.base(slot)
+        if not copy and len(self.leased) < max_held:
+            ring.begin_read(slot)
+            lease = _pack.SlotLease(self.region.mm, base, ring.slot_bytes, slot, self.returner)
+            self.leased.add(slot)
+            return lay.unpack(lease, count, objects)
+        data = np.empty(lay.var_offset, np.uint8)
+        data[:] = np.frombuffer(self.region.mm, np.uint8, lay.var_offset, base)
+        self.release(slot)
+        if not copy:
+            self.counters["copied_batches"] += 1
+        return lay.unpack(data, count, objects)
+
+    @property
+    def held(self) -> int:
+        return len(self.leased) - len(self.returner.freed)
+
+    # -- what workers are doing --------------------------------------------------------------
+    def claimed_by(self, worker: int) -> list[tuple[int, int, int | None]]:
+        """(slot, epoch, sample index being loaded) of every slot ``worker`` has claimed."""
+        out = []
+        for s in range(self.nslots):
+            info = self.ring.slot_info(s)
+            if info["state"] == _ring.CLAIMED and info["owner"] == worker:
+                out.append((s, info["epoch"], self.loading(s, info)[0]))
+        return out
+
+    def loading(self, slot: int, info: dict[str, Any]) -> tuple[int | None, int, int]:
+        """(sample index, row, rows) a worker is loading in a CLAIMED slot, from its progress."""
+        idx = self.map.indices(slot, self.ring.slot_count(slot)).tolist()
+        row = min(info["progress"], max(len(idx) - 1, 0))
+        return (idx[row] if idx else None), row, len(idx)
+
+    def why_late(self, slot: int) -> str:
+        """What the batch in ``slot`` is waiting for: which worker loads which sample, or none."""
+        info = self.ring.slot_info(slot)
+        st = info["state"]
+        if st == _ring.CLAIMED:
+            index, row, count = self.loading(slot, info)
+            return (
+                f"worker {info['owner']} (pid {info['pid']}) has been loading sample index "
+                f"{index} (row {row} of {count} in this batch) for too long"
+            )
+        return (
+            f"the batch was still {STATE_NAMES.get(st, st)} (no worker picked it up); "
+            f"{len(self.leased)} batches still referenced by the caller"
+        )
+
+    def close(self) -> None:
+        """Unmap (live zero-copy batches keep the mapping until the last of them dies)."""
+        self.returner.closed = True
+        self.inflight.clear()
+        self.ring.close()
+        self.region.close()

@@ -1,0 +1,197 @@
+"""The engine's parts that need no worker process: config, deadline, death policy, messages,
+the slot map, and the one fill path run in the main process."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import time
+
+import numpy as np
+import pytest
+
+import fastload
+from fastload import _messages as m
+from fastload._config import LoaderConfig, PoolConfig, resolve_shard
+from fastload._deaths import MAX_KILLS_PER_SAMPLE, DeathPolicy
+from fastload._fill import BatchFiller
+from fastload._remote import pack_exception, rebuild_exception
+from fastload._slots import SlotTable
+from fastload._wait import POLL_INTERVAL_S, Deadline
+
+
+def loader_config(n=10, **kw):
+    args = dict(batch_size=2, shuffle=False, seed=1, drop_last=False, num_workers=0, prefetch=2,
+                start_method=None, worker_init=None, timeout=None, max_held=3, copy=False,
+                on_worker_death="raise", shard=None, return_mask=False, batch_plan=None,
+                on_stall=None, pool=None)
+    args.update(kw)
+    return LoaderConfig.build(n, **args)
+
+
+def test_config_is_frozen_and_derives_the_slot_count():
+    cfg = loader_config(num_workers=2, prefetch=3, max_held=4)
+    assert (cfg.depth, cfg.nslots) == (6, 10)
+    with pytest.raises(AttributeError):
+        cfg.batch_size = 3  # type: ignore[misc]
+    assert cfg.pool_config() == PoolConfig(2, None, None, 1)
+    assert loader_config(n=0, num_workers=2).num_workers == 0  # nothing to load: no process
+    assert loader_config(num_workers=0).depth == 1
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(batch_size=0), "batch_size must be an int >= 1"),
+    (dict(prefetch=True), "prefetch must be an int >= 1"),
+    (dict(max_held=-1), "max_held must be an int >= 0"),
+    (dict(timeout=0), "timeout must be None or > 0"),
+    (dict(on_worker_death="ignore"), "on_worker_death must be"),
+    (dict(num_workers=-1), "num_workers must be an int >= 0"),
+    (dict(seed=-3), "seed must be None or an int >= 0"),
+    (dict(start_method="thread"), "start_method must be"),
+    (dict(shard=(2, 2)), "0 <= rank < world_size"),
+    (dict(on_stall=(1.0, None)), "on_stall must be"),
+])
+def test_config_rejects_bad_values_naming_them(kw, match):
+    with pytest.raises(ValueError, match=match):
+        loader_config(**kw)
+
+
+def test_pool_config_defaults_and_seed():
+    cfg = PoolConfig.build(None, None, None, None)
+    assert cfg.num_workers >= 1 and 0 <= cfg.seed < 2**63
+    with pytest.raises(ValueError, match="num_workers must be an int >= 1"):
+        PoolConfig.build(0, None, None, 0)
+    with pytest.raises(TypeError, match="worker_init must be callable"):
+        PoolConfig.build(1, None, 3, 0)
+
+
+def test_shard_auto_reads_the_environment(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(k, raising=False)
+    assert resolve_shard("auto") == (0, 1)
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    monkeypatch.setenv("SLURM_NTASKS", "3")
+    assert resolve_shard("auto") == (1, 3)
+    monkeypatch.setenv("RANK", "x")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="not integers"):
+        resolve_shard("auto")
+
+
+def test_deadline_bounds_each_wait_and_reports_a_stall_once():
+    reports = []
+    d = Deadline(None, (0.05, reports.append))
+    assert 0 < d.step() <= 0.05
+    d.check(lambda: "late")
+    assert reports == []
+    time.sleep(0.06)
+    d.check(lambda: "late")
+    d.check(lambda: "again")
+    assert reports == ["late"]  # once per wait
+    assert d.step() == POLL_INTERVAL_S  # no limit left: the poll interval bounds the wait
+    d = Deadline(0.01, None)
+    time.sleep(0.02)
+    assert d.step() == 0
+    with pytest.raises(fastload.LoaderTimeoutError, match=r"timeout=0.01s: stuck"):
+        d.check(lambda: "stuck")
+
+
+def test_deadline_stall_clock_can_start_late():
+    reports = []
+    d = Deadline(None, (0.01, reports.append), stall_now=False)
+    assert d.stall_at == math.inf
+    time.sleep(0.02)
+    d.check(lambda: "x")
+    assert reports == []
+    d.start_stall()
+    time.sleep(0.02)
+    d.check(lambda: "x")
+    assert reports == ["x"]
+
+
+def test_death_policy_raise_restart_and_startup_failures():
+    p = DeathPolicy("raise")
+    v = p.judge([m.Death(1, 123, -9)], {1: [7]}, requeued=True)
+    assert v.fatal and "worker 1 (pid 123) died with SIGKILL(-9) while loading sample index 7" \
+        in str(v.error) and "on_worker_death='restart'" in str(v.error)
+    v = p.judge([m.Death(0, 5, -9)], {}, requeued=False)  # idle: restarted quietly
+    assert not v.fatal and v.error is None and "while idle; restarted it" in v.warning
+
+    p = DeathPolicy("restart")
+    for k in range(1, MAX_KILLS_PER_SAMPLE):
+        v = p.judge([m.Death(0, k, -11)], {0: [4]}, requeued=True)
+        assert not v.fatal and "re-queued its batch" in v.warning
+    v = p.judge([m.Death(0, 9, -11)], {0: [4]}, requeued=True)
+    assert v.fatal and f"Sample index 4 killed a worker {MAX_KILLS_PER_SAMPLE} times" in str(v.error)
+    p.new_epoch()
+    assert not p.judge([m.Death(0, 1, -11)], {0: [4]}, requeued=True).fatal
+
+    p = DeathPolicy("restart")
+    for _ in range(MAX_KILLS_PER_SAMPLE - 1):
+        assert p.judge([m.Death(2, 1, 1)], {}, requeued=False).error is None
+    v = p.judge([m.Death(2, 1, 1)], {}, requeued=False)
+    assert not v.fatal and "fails while starting" in str(v.error)
+    v = DeathPolicy("raise").judge([m.Death(0, 1, -7)], {0: [0]}, requeued=True)
+    assert "SIGBUS: shared memory exhausted" in str(v.error)
+
+
+def test_messages_pickle_and_compare_by_value():
+    msgs = [m.Bell(4096), m.AddDataset(1, b"x"), m.Probe(1, 5, 8, 3, 0), m.Detach(2), m.Stop(),
+            m.ProbeStarted(1), m.ProbeFailed(1, b"e"), m.BatchFailed(1, 3, 7, b"e"),
+            m.Spill(1, 3, 7, b"o"), m.DatasetFailed(1, b"e"), m.InitFailed(b"e")]
+    for msg in msgs:
+        assert pickle.loads(pickle.dumps(msg)) == msg
+    assert m.InitFailed(b"e").cid == -1
+    assert m.generation((5 << 16) | 0x1234) == 5
+
+
+def test_slot_table_tasks_round_trip_and_held_copies():
+    layout = fastload.BatchLayout(np.zeros(3, np.float32), 4)
+    counters = {"copied_batches": 0}
+    slots = SlotTable(layout, 3, counters)
+    try:
+        assert slots.can_queue(2)
+        slots.queue(0, 0, np.array([5, 6, 7]), 99)
+        task = slots.inflight[0]
+        assert (task.seq, task.epoch, task.batch) == (0, 0, 0)
+        assert slots.map.indices(task.slot, 3).tolist() == [5, 6, 7]
+        assert slots.map.seed(task.slot) == 99
+        slots.queue(0, 1, np.array([1]), 99)
+        assert not slots.can_queue(2)  # depth reached
+        slots.drop_tasks(0)  # unclaimed: cancelled, free again at once
+        assert not slots.inflight and sorted(slots.free) == [0, 1, 2]
+        assert not slots.map.write_objects(0, b"x" * (layout.var_bytes + 1))
+    finally:
+        slots.close()
+
+
+def test_one_fill_path_in_the_main_process_keeps_errors_and_context():
+    class DS:
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            if i == 3:
+                raise KeyError("no sample 3")
+            return np.float64(fastload.sample_rng().integers(1000))
+
+    filler = BatchFiller(DS(), None)
+    layout, batch = filler.load(None, np.array([0, 1]), 2, seed=5, epoch=2)
+    again = [np.float64(np.random.Generator(np.random.PCG64(np.random.SeedSequence([5, 2, i])))
+                        .integers(1000)) for i in (0, 1)]
+    assert batch.tolist() == again  # sample_rng() saw (seed, epoch, index)
+    with pytest.raises(KeyError, match="no sample 3") as info:
+        filler.load(layout, np.array([2, 3]), 2, seed=5, epoch=2)
+    assert info.value.fastload_index == 3
+    assert "the main process (num_workers=0)" in str(info.value)
+
+
+def test_exception_wire_format_round_trip():
+    try:
+        raise ValueError("bad sample")
+    except ValueError as e:
+        payload = pack_exception(e, 12, 3)
+    exc = rebuild_exception(payload)
+    assert type(exc) is ValueError and exc.fastload_index == 12 and exc.fastload_worker == 3
+    assert isinstance(exc.__cause__, fastload.errors.RemoteTraceback)
+    assert "raise ValueError" in exc.__cause__.tb
