@@ -64,9 +64,22 @@ def check_worker_args(
     if worker_init is not None and not callable(worker_init):
         raise TypeError(f"worker_init must be callable, got {type(worker_init).__name__}")
     if seed is None:
-        return int(np.random.SeedSequence().entropy % (2**63))  # type: ignore[operator]
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
+        return int(np.random.SeedSequence().entropy % SEED_LIMIT)  # type: ignore[operator]
+    return check_seed(seed, "seed must be None or")
+
+
+#: Seeds travel in each slot's task header as an int64 (NOTE [slot payload layout]).
+SEED_LIMIT = 2**63
+
+
+def check_seed(seed: Any, what: str) -> int:
+    """A seed as an int in [0, 2**63), or a ValueError starting with ``what``."""
+    if (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+            or not 0 <= seed < SEED_LIMIT):
+        raise ValueError(
+            f"{what} an int in [0, 2**63), got {seed!r} (reduce a larger one, e.g. "
+            "secrets.randbits(64) or SeedSequence().entropy, with % 2**63)"
+        )
     return int(seed)
 
 

@@ -169,12 +169,13 @@ class Engine:
         assert self.mail is not None and self.layout is not None
         if _ring.state_bits(word)[0] == _ring.FAILED:
             slots.release(task.slot)
-            self.mail.raise_failure(task.slot, word, f"batch {task.batch} of epoch {epoch}")
+            what = f"batch {task.batch} of epoch {epoch}"
+            self.mail.raise_failure(task.slot, task.seq, word, what)
         info = slots.ring.slot_info(task.slot)
         objects: list[Any] | None = None
         if self.layout.n_objects:
             if info["flags"] & _ring.F_SPILLED:
-                objects = self.mail.spilled_objects(task.slot, word)
+                objects = self.mail.spilled_objects(task.slot, task.seq, word)
                 self.counters["spilled_batches"] += 1
             else:
                 objects = pickle.loads(slots.map.read_objects(task.slot, info["var_bytes"]))

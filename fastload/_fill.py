@@ -122,8 +122,10 @@ class BatchFiller:
                         ctx[2] = index
                         pack(slot, row, ds[index], objects)
         except BaseException as e:
-            if isinstance(e, (SystemExit, KeyboardInterrupt)):
-                raise
+            if self.worker_id is None and isinstance(e, (SystemExit, KeyboardInterrupt)):
+                raise  # num_workers=0: the user's own process (Ctrl+C, sys.exit) goes on as is
+            # In a worker, they come from user code (workers ignore SIGINT): an error of the
+            # sample, rebuilt in the main process as a catchable WorkerError (fastload._remote).
             return None, pack_exception(e, index, self.worker_id)
         finally:
             ctx[2] = -1

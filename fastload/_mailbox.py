@@ -24,7 +24,7 @@ class Mailbox:
     def __init__(self, pool: WorkerPool, cid: int) -> None:
         self.pool = pool
         self.cid = cid
-        self.msgs: dict[tuple[int, int], Any] = {}  # (slot, generation) -> BatchFailed/Spill
+        self.msgs: dict[tuple[int, int], Any] = {}  # (slot, seq) -> BatchFailed/Spill
         self.lock = threading.Lock()
         self.layout: Any = None  # what worker 0's probe found
         self.probe: m.Probe | None = None  # sent, not yet answered
@@ -59,7 +59,7 @@ class Mailbox:
 
     def _note(self, i: int, msg: Any) -> None:
         if isinstance(msg, (m.BatchFailed, m.Spill)):
-            self.msgs[(msg.slot, msg.generation)] = msg
+            self.msgs[(msg.slot, msg.seq)] = msg
         elif isinstance(msg, m.ProbeStarted):
             self.probe_started = True
         elif isinstance(msg, m.LayoutFound):
@@ -80,34 +80,37 @@ class Mailbox:
                     "before the Pool is created)"
                 ) from exc
 
-    def raise_failure(self, slot: int, word: int, what: str) -> NoReturn:
+    def raise_failure(self, slot: int, seq: int, word: int, what: str) -> NoReturn:
         """Raise the error of the FAILED slot's batch (its state ``word`` names the worker)."""
         owner = _ring.state_bits(word)[1]
-        msg = self.take(owner, slot, word)
+        msg = self.take(owner, slot, seq)
         if msg is None:
             raise WorkerDied(
                 f"worker {owner} failed {what} and died before it could report why"
             )
         raise_rebuilt(msg.error)
 
-    def spilled_objects(self, slot: int, word: int) -> list[Any]:
+    def spilled_objects(self, slot: int, seq: int, word: int) -> list[Any]:
         """The object leaves of a READY slot's batch that travelled over the pipe."""
         owner = _ring.state_bits(word)[1]
-        msg = self.take(owner, slot, word)
+        msg = self.take(owner, slot, seq)
         if msg is None:
             raise WorkerDied(f"worker {owner} died while sending batch objects")
         objects: list[Any] = pickle.loads(msg.objects)
         return objects
 
-    def take(self, worker: int, slot: int, word: int) -> Any:
-        """The message ``worker`` sent about (slot, state word), watching its liveness: None if
-        it died before sending it."""
-        key = (slot, m.generation(word))
+    def take(self, worker: int, slot: int, seq: int) -> Any:
+        """The message ``worker`` sent about task ``seq`` in ``slot``, watching its liveness:
+        None if it died before sending it. Tasks are delivered in seq order, so messages of
+        older tasks still filed belong to abandoned batches: they are dropped."""
+        key = (slot, seq)
         pool = self.pool
         incarnation = pool.incarnation[worker]
         while True:
             self.collect()
             if key in self.msgs:
+                for old in [k for k in self.msgs if k[1] < seq]:
+                    del self.msgs[old]
                 return self.msgs.pop(key)
             if not pool.is_alive(worker, incarnation):
                 pool.pump(worker, 0)  # it died: what it sent is all there is

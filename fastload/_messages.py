@@ -17,8 +17,9 @@ batch that raised (sent *after* the slot is marked FAILED, so a large message ca
 worker that the parent is not yet reading); ``Spill`` for object leaves that did not fit the
 slot's variable area; ``DatasetFailed`` when a dataset cannot be unpickled there; ``InitFailed``
 when ``worker_init`` fails (it concerns every client).
-Batch messages are filed by (slot, generation): the worker knows the generation of its CLAIMED
-state word, the parent that of the READY/FAILED word; both carry the same one.
+Batch messages are filed by (slot, seq): ``seq`` is the task's number in the slot header (64
+bits, never reused by a loader), so a message of an abandoned batch (``break``, a new
+``iter()``, ``load_state_dict``) can never be taken for a later batch in the same slot.
 """
 
 from __future__ import annotations
@@ -28,13 +29,8 @@ from typing import Any, NamedTuple
 __all__ = [
     "Bell", "AddDataset", "Probe", "Attach", "Detach", "Stop",
     "ProbeStarted", "LayoutFound", "ProbeFailed", "BatchFailed", "Spill", "DatasetFailed",
-    "InitFailed", "Death", "generation",
+    "InitFailed", "Death",
 ]
-
-
-def generation(state_word: int) -> int:
-    """The generation bits of a slot's state word (csrc/fl_layout.h: FL_GEN_BITS)."""
-    return state_word >> 16
 
 
 # -- parent -> worker --------------------------------------------------------------------------
@@ -87,14 +83,14 @@ class ProbeFailed(NamedTuple):
 class BatchFailed(NamedTuple):
     cid: int
     slot: int
-    generation: int
+    seq: int  # the task's number (fl_slot_hdr.seq)
     error: bytes
 
 
 class Spill(NamedTuple):
     cid: int
     slot: int
-    generation: int
+    seq: int
     objects: bytes  # the batch's pickled object leaves
 
 

@@ -164,10 +164,13 @@ class EpochPlan:
                     f"the state was saved with {key}={state.get(key)!r} but this loader has "
                     f"{key}={mine!r}; resuming would not reproduce the same batches"
                 )
-        epoch, position = int(state["epoch"]), int(state["position"])
-        if epoch < 0 or not (0 <= position <= self.nbatches):
-            raise ValueError(f"invalid state: epoch {epoch}, position {position}")
-        self.seed = int(state["seed"])
+        epoch, position = state.get("epoch"), state.get("position")
+        if (not isinstance(epoch, int) or not isinstance(position, int) or epoch < 0
+                or not (0 <= position <= self.nbatches)):
+            raise ValueError(f"invalid state: epoch {epoch!r}, position {position!r}")
+        from ._config import check_seed
+
+        self.seed = check_seed(state.get("seed"), "the state's seed must be")
         self._orders.clear()
         return epoch, position
 

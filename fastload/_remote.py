@@ -82,6 +82,8 @@ def rebuild_exception(payload: bytes) -> BaseException:
             orig = pickle.loads(info["exc"])
         except Exception:
             orig = None
+    if orig is not None and not isinstance(orig, Exception):
+        orig = None  # SystemExit, KeyboardInterrupt, ... from a worker: never re-raised as such
     if orig is not None:
         cls = type(orig)
         try:

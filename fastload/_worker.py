@@ -204,14 +204,15 @@ class _Client:
         set_worker_info(self.info)
         ring, slots = self.ring, self.slots
         assert self.filler is not None
-        indices = slots.indices(slot, ring.slot_count(slot))
+        info = ring.slot_info(slot)
+        indices = slots.indices(slot, info["count"])
         objects, error = self.filler.fill(
-            self.packer, self.layout, slot, indices, slots.seed(slot),
-            ring.slot_info(slot)["epoch"], ring, self.pid,
+            self.packer, self.layout, slot, indices, slots.seed(slot), info["epoch"], ring,
+            self.pid,
         )
         if error is not None:
             if ring.publish(slot, state, False):
-                self.worker.conn.send(m.BatchFailed(self.cid, slot, m.generation(state), error))
+                self.worker.conn.send(m.BatchFailed(self.cid, slot, info["seq"], error))
             return
         spill = None
         if objects is not None:
@@ -226,7 +227,7 @@ class _Client:
         if not ring.publish(slot, state, True):
             return  # reclaimed meanwhile (cannot happen while we live) or cancelled
         if spill is not None:
-            self.worker.conn.send(m.Spill(self.cid, slot, m.generation(state), spill))
+            self.worker.conn.send(m.Spill(self.cid, slot, info["seq"], spill))
 
 
 class _Worker:

@@ -46,7 +46,7 @@ def test_config_is_frozen_and_derives_the_slot_count():
     (dict(timeout=0), "timeout must be None or > 0"),
     (dict(on_worker_death="ignore"), "on_worker_death must be"),
     (dict(num_workers=-1), "num_workers must be an int >= 0"),
-    (dict(seed=-3), "seed must be None or an int >= 0"),
+    (dict(seed=-3), r"seed must be None or an int in \[0, 2\*\*63\)"),
     (dict(start_method="thread"), "start_method must be"),
     (dict(shard=(2, 2)), "0 <= rank < world_size"),
     (dict(on_stall=(1.0, None)), "on_stall must be"),
@@ -142,7 +142,37 @@ def test_messages_pickle_and_compare_by_value():
     for msg in msgs:
         assert pickle.loads(pickle.dumps(msg)) == msg
     assert m.InitFailed(b"e").cid == -1
-    assert m.generation((5 << 16) | 0x1234) == 5
+
+
+class _FakePool:
+    """What a Mailbox uses of a WorkerPool: routed messages, liveness, pumping."""
+
+    def __init__(self):
+        self.routed = []
+        self.incarnation = [0]
+
+    def take(self, cid):
+        out, self.routed = self.routed, []
+        return out
+
+    def is_alive(self, worker, incarnation):
+        return False  # "dead": take() returns what was sent without waiting
+
+    def pump(self, worker, timeout):
+        pass
+
+
+def test_mailbox_never_hands_an_abandoned_batch_its_message():
+    from fastload._mailbox import Mailbox
+
+    pool = _FakePool()
+    mail = Mailbox(pool, 7)
+    # An abandoned batch (task 3) and the batch now delivered (task 9) in the same slot.
+    pool.routed = [(0, m.Spill(7, 1, 3, b"old")), (0, m.Spill(7, 2, 5, b"other"))]
+    assert mail.take(0, 1, 9) is None  # not the old batch's objects
+    pool.routed = [(0, m.Spill(7, 1, 9, b"new"))]
+    assert mail.take(0, 1, 9).objects == b"new"
+    assert mail.msgs == {}  # what older tasks left behind is dropped
 
 
 def test_slot_table_tasks_round_trip_and_held_copies():
@@ -195,3 +225,49 @@ def test_exception_wire_format_round_trip():
     assert type(exc) is ValueError and exc.fastload_index == 12 and exc.fastload_worker == 3
     assert isinstance(exc.__cause__, fastload.errors.RemoteTraceback)
     assert "raise ValueError" in exc.__cause__.tb
+
+
+class _ExitsAt:
+    """sys.exit() or KeyboardInterrupt from user code at one index."""
+
+    def __init__(self, at, exc):
+        self.at, self.exc = at, exc
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == self.at:
+            raise self.exc
+        return np.float32(i)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt()], ids=["exit", "ctrl-c"])
+@pytest.mark.parametrize("at", [0, 5])
+def test_exit_in_a_worker_sample_is_a_catchable_error_at_any_index(at, exc):
+    with fastload.Loader(_ExitsAt(at, exc), 2, num_workers=2) as loader:
+        with pytest.raises(fastload.WorkerError, match=f"{type(exc).__name__}.*sample index {at}"):
+            for _ in loader:
+                pass
+        assert loader.stats()["worker_restarts"] == 0  # the worker did not die
+    with fastload.Loader(_ExitsAt(at, exc), 2, num_workers=0) as loader:
+        with pytest.raises(type(exc)):  # in the user's own process it is what it is
+            for _ in loader:
+                pass
+
+
+def test_seeds_beyond_int64_are_refused_up_front():
+    with pytest.raises(ValueError, match=r"seed must be None or an int in \[0, 2\*\*63\)"):
+        fastload.Loader(np.arange(4.0), 2, num_workers=0, seed=2**64 - 1)
+    with pytest.raises(ValueError, match="seed must be"):
+        fastload.Pool(1, seed=2**63)
+    with fastload.Loader(np.arange(4.0), 2, num_workers=0, seed=1) as loader:
+        state = loader.state_dict()
+        for bad in (2**64, -1, "1", None):
+            with pytest.raises(ValueError, match="the state's seed must be"):
+                loader.load_state_dict({**state, "seed": bad})
+        with pytest.raises(ValueError, match="invalid state"):
+            loader.load_state_dict({**state, "epoch": "0"})
+        loader.load_state_dict(state)
+        assert [b.tolist() for b in loader] == [[0.0, 1.0], [2.0, 3.0]]
