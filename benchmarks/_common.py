@@ -1,8 +1,8 @@
 """Shared helpers of the benchmark scripts: timing, statistics, machine info, JSON lines,
 and running one case in a fresh interpreter.
 
-The measurement loop itself (and the workloads) live in ``fastload/_bench.py`` so that
-``python -m fastload bench`` and these scripts measure the same way.
+The measurement loop itself (and the workloads) live in ``_harness.py``, which
+``python -m fastload bench`` also runs from a checkout, so both measure the same way.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def ensure_fastload_importable() -> None:
 
 ensure_fastload_importable()
 
-from fastload import _bench  # noqa: E402
+import _harness as _bench  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # Timing
@@ -144,7 +144,7 @@ def run_case_subprocess(
     """Run ``python SCRIPT --case JSON`` and return the case's result dict (with ``pss``, the
     peak PSS of the child's process tree, unless ``pss_interval`` is 0).
 
-    The script must hand ``--case`` to :func:`fastload._bench.case_entry`, which prints
+    The script must hand ``--case`` to :func:`_harness.case_entry`, which prints
     progress and result lines; RuntimeError (with the child's stderr) when it fails.
     """
     return _bench.run_case_subprocess(

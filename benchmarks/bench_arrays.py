@@ -5,7 +5,7 @@
 Data: a float32 np.memmap of ``rows x width`` (created in a temporary directory, page cache warm)
 plus int64 labels, batch 256, shuffled. The single-process loop is ``__getitem__`` of a memmap
 row and its label, then ``np.stack`` per leaf (bench_loader's ``single``: Python int indices,
-``fastload._bench.np_collate``). Prints samples/s (epochs 2-3, median of
+``_harness.np_collate``). Prints samples/s (epochs 2-3, median of
 --repeat runs) and the ratio.
 """
 
@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402,F401  (makes fastload importable from a checkout)
 
 import fastload  # noqa: E402
-from fastload._bench import np_collate  # noqa: E402
+from _harness import np_collate  # noqa: E402
 
 
 class Rows:

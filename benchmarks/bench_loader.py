@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402
 from _common import fmt_rate  # noqa: E402
 
-from fastload import _bench  # noqa: E402
+import _harness as _bench  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -346,7 +346,7 @@ def render_markdown(args: argparse.Namespace, info: dict[str, Any], started: _dt
             rat_lines.append(f"- {w}: " + ", ".join(f"{k} = {v:.3g}x" for k, v in rat.items()))
     if rat_lines:
         lines += ["## Ratios (median samples/s)", "", *rat_lines, ""]
-    lines += ["## Targets (issue 4)", "", _bench.render_targets(targets), "",
+    lines += ["## Targets", "", _bench.render_targets(targets), "",
               f"A boundary counts as a stall when it exceeds {_bench.STALL_FACTOR:g}x the "
               "steady-state p90 batch gap (and 1 ms).", ""]
     cpus = info["cpu_count"] or 1
