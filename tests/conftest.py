@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-# Test modules import ``_helpers`` by name; spawn/forkserver children inherit this sys.path, so
+# Test modules import the ``helpers`` package by name; spawn/forkserver children inherit this sys.path, so
 # they can unpickle the helper datasets (pytest's importlib mode does not touch sys.path).
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if _TESTS_DIR not in sys.path:

@@ -6,7 +6,7 @@ import pickle
 
 import numpy as np
 import pytest
-from _array_helpers import BadStack, StackedGetitems
+from helpers.arrays import BadStack, StackedGetitems
 
 import fastload
 from fastload.arrays import ArrayDataset

@@ -36,7 +36,7 @@ except Exception:  # not installed, or broken by NumPy 2
 if chainer is not None:
     from fastload.compat.chainer import MultiprocessIterator
 
-from _chainer_helpers import (  # noqa: E402
+from helpers.chainer import (  # noqa: E402
     Arrays,
     CountingShuffle,
     Dicts,

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 from torch.utils.data import BatchSampler, DistributedSampler, Sampler  # noqa: E402
 from torch.utils.data import DataLoader as TorchDataLoader  # noqa: E402
 
-from _compat_helpers import (  # noqa: E402
+from helpers.compat import (  # noqa: E402
     ArrayDS,
     FailingDS,
     MixedDS,

@@ -11,7 +11,7 @@ import pytest
 import fastload
 from fastload.layout import ALIGN, PAGE, BatchLayout
 
-from _helpers import Point, Thing, nested_sample
+from helpers.datasets import Point, Thing, nested_sample
 
 
 def _regions_disjoint(lay: BatchLayout) -> None:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _leak_helpers import Small
+from helpers.leaks import Small
 
 import fastload
 
@@ -79,7 +79,7 @@ SMALL_SHM_SCRIPT = """
 import sys
 sys.path[:0] = [{repo!r}, {tests!r}]
 import shutil, fastload
-from _leak_helpers import Big
+from helpers.leaks import Big
 total = shutil.disk_usage("/dev/shm").total
 assert total <= 64 * 2**20, total
 with fastload.Loader(Big(), batch_size=25, num_workers=2) as loader:

@@ -13,8 +13,8 @@ import pytest
 import fastload
 from fastload._pack import SlotLease
 
-from _helpers import (
-    MP_TIMEOUT,
+from helpers import MP_TIMEOUT
+from helpers.datasets import (
     BigSample,
     InitRecorder,
     LambdaHolder,
@@ -744,7 +744,7 @@ def test_stall_hook_reports_late_batches_and_keeps_waiting():
     # The private hook behind compat.chainer's dataset_timeout warning: called once per batch
     # that takes longer than the limit (the first sample's layout probe included), while the
     # wait goes on and the batches stay right.
-    from _helpers import SlowAt
+    from helpers.datasets import SlowAt
 
     late: list[str] = []
     ds = SlowAt(12, (0, 8), 0.6)

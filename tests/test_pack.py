@@ -26,7 +26,7 @@ import fastload
 from fastload._pack import Packer, SlotLease
 from fastload.layout import BatchLayout
 
-from _helpers import layouts_sample, nested_sample
+from helpers.datasets import layouts_sample, nested_sample
 
 GUARD = 0xA5
 

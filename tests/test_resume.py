@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from _resume_helpers import Augmented, AugmentedBatch
+from helpers.resume import Augmented, AugmentedBatch
 
 import fastload
 

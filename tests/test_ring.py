@@ -17,7 +17,7 @@ import fastload
 from fastload import _ring
 from fastload._ring import CLAIMED, FAILED, FREE, QUEUED, READING, READY, RingIndex, state_bits
 
-from _helpers import MP_TIMEOUT
+from helpers import MP_TIMEOUT
 
 PAGE = 4096
 

@@ -84,7 +84,7 @@ def test_bad_shard(bad):
 @pytest.mark.timeout(180)
 def test_real_torchrun_launch_with_gloo():
     pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
-    script = Path(__file__).with_name("_shard_worker.py")
+    script = Path(__file__).parent / "helpers" / "shard_worker.py"
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     r = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=0",

@@ -1,4 +1,4 @@
-"""Exit scenarios, each in a fresh interpreter (STYLE rule 34; torch's _test_proper_exit).
+"""Exit scenarios, each in a fresh interpreter (as torch's _test_proper_exit does).
 
 The script under test starts a loader whose samples carry the worker's pid, prints the worker
 pids, then exits in the scenario's way. The test asserts the return code, no hang, no worker
@@ -23,7 +23,7 @@ import os, sys, time
 sys.path[:0] = [{REPO!r}, {REPO + "/tests"!r}]
 import numpy as np
 import fastload
-from _exit_helpers import Slow
+from helpers.shutdown import Slow
 
 def start(method):
     loader = fastload.Loader(Slow(), batch_size=4, num_workers=2, start_method=method)

@@ -12,18 +12,9 @@ import pytest
 
 import fastload
 
-from _helpers import (
-    MP_TIMEOUT,
-    CustomError,
-    ExitAt,
-    HangAt,
-    KillAt,
-    Raises,
-    SegfaultAt,
-    TwoArgError,
-    UnpicklableError,
-    read_flag,
-)
+from helpers import MP_TIMEOUT, read_flag
+from helpers.datasets import CustomError, Raises, TwoArgError, UnpicklableError
+from helpers.faults import ExitAt, HangAt, KillAt, SegfaultAt
 
 pytestmark = pytest.mark.timeout(MP_TIMEOUT)
 
@@ -310,30 +301,4 @@ def test_close_during_a_hang_is_prompt():
         next(it)
 
 
-# -- on_worker_death="restart" ------------------------------------------------------------------
-def test_on_worker_death_must_be_known():
-    with pytest.raises(ValueError):
-        fastload.Loader(KillAt(4, 1), 2, num_workers=0, on_worker_death="ignore")
-
-
-@pytest.mark.crash
-def test_restart_mode_reloads_the_lost_batch(tmp_path):
-    flag = str(tmp_path / "flag")
-    with fastload.Loader(KillAt(30, 13, flag_path=flag), 2, num_workers=2,
-                         on_worker_death="restart") as loader:
-        idx, _ = full_epoch(loader)  # no exception: the batch is loaded again
-        dead_pid, _ = read_flag(flag)
-        assert idx == list(range(30))
-        assert loader.stats()["worker_restarts"] == 1
-        idx, pids = full_epoch(loader)
-        assert idx == list(range(30))
-        assert dead_pid not in pids
-
-
-@pytest.mark.crash
-def test_restart_mode_gives_up_on_a_sample_that_keeps_killing():
-    with fastload.Loader(ExitAt(12, 5, 4), 2, num_workers=2, on_worker_death="restart") as loader:
-        with pytest.raises(fastload.WorkerDied) as info:
-            full_epoch(loader)
-        assert "index 5" in str(info.value) and "EXIT(4)" in str(info.value)
-        assert loader.stats()["worker_restarts"] >= 3
+# on_worker_death="restart": tests/test_faults.py

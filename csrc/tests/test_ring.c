@@ -7,8 +7,7 @@
  *   FL_TEST_TASKS=n   tasks of the main stress run (default FL_STRESS_TASKS, 1,000,000); the
  *                     chaos run (dying workers, failures, cancels) uses n / 4, the lost-wake-up
  *                     ping-pong n / 10 round trips per phase (and n with short jitter)
- *   FL_TEST_SEED=n    seed of the stress runs' random choices
- *                     (`make known-bugs`; they fail until the core is fixed) */
+ *   FL_TEST_SEED=n    seed of the stress runs' random choices */
 #include <assert.h>
 #include <pthread.h>
 #include <sched.h>

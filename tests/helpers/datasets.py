@@ -1,21 +1,9 @@
-"""Module-level, picklable datasets and callables shared by the fastload tests.
-
-Everything here is importable by name (``tests/`` is put on ``sys.path`` by conftest.py), so
-workers started with ``spawn`` or ``forkserver`` can unpickle it.
-
-Helpers that must misbehave only once (so that "the next epoch completes" can be checked) take a
-``flag_path``: the first process to create that file (O_EXCL, so exactly one wins across all
-workers) misbehaves and records ``"<pid> <time.monotonic()>"`` in it; every later call behaves.
-``time.monotonic()`` is CLOCK_MONOTONIC, shared by every process on the machine, so the parent can
-measure how long after the crash it noticed.
-"""
+"""Datasets and callables shared by the loader, error, layout and typing tests."""
 
 from __future__ import annotations
 
 import collections
-import ctypes
 import os
-import signal
 import threading
 import time
 from typing import Any
@@ -24,40 +12,7 @@ import numpy as np
 
 import fastload
 
-#: Per-test timeout for tests that start worker processes. The brief asks for 60 s; set
-#: FASTLOAD_TEST_TIMEOUT lower to get through a run quickly when a hang bug is present.
-MP_TIMEOUT = int(os.environ.get("FASTLOAD_TEST_TIMEOUT", "60"))
-
-
-# -- once-only flags -------------------------------------------------------------------------------
-def claim_flag(flag_path: str | None) -> bool:
-    """True for exactly one caller per flag file (always True without a flag)."""
-    if flag_path is None:
-        return True
-    try:
-        fd = os.open(flag_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:
-        return False
-    try:
-        os.write(fd, f"{os.getpid()} {time.monotonic()!r}".encode())
-    finally:
-        os.close(fd)
-    return True
-
-
-def read_flag(flag_path: str) -> tuple[int, float]:
-    """(pid, monotonic time) recorded by the process that claimed the flag."""
-    with open(flag_path) as f:
-        pid, t = f.read().split()
-    return int(pid), float(t)
-
-
-def _silence_stderr() -> None:
-    """Crashing helpers: keep faulthandler / multiprocessing noise out of the test logs."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    os.close(devnull)
-
+from . import claim
 
 # -- plain datasets --------------------------------------------------------------------------------
 class Range:
@@ -366,64 +321,9 @@ class Raises:
         return self.n
 
     def __getitem__(self, i: int) -> Any:
-        if i == self.index and claim_flag(self.flag_path):
+        if i == self.index and claim(self.flag_path):
             _raise_from_user_code(self.exc_type(*self.args))
         return (i, np.full((3,), i, np.float32))
-
-
-# -- workers that die or hang -----------------------------------------------------------------------
-class _Misbehave:
-    def __init__(self, n: int, index: int, flag_path: str | None = None):
-        self.n = n
-        self.index = index
-        self.flag_path = flag_path
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> Any:
-        if i == self.index and claim_flag(self.flag_path):
-            self.misbehave()
-        return (i, os.getpid())
-
-    def misbehave(self) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-
-class KillAt(_Misbehave):
-    def __init__(self, n: int, index: int, sig: int = signal.SIGKILL, flag_path: str | None = None):
-        super().__init__(n, index, flag_path)
-        self.sig = int(sig)
-
-    def misbehave(self) -> None:
-        _silence_stderr()
-        os.kill(os.getpid(), self.sig)
-        time.sleep(60)  # the signal is delivered before this returns
-
-
-class ExitAt(_Misbehave):
-    def __init__(self, n: int, index: int, code: int = 3, flag_path: str | None = None):
-        super().__init__(n, index, flag_path)
-        self.code = code
-
-    def misbehave(self) -> None:
-        _silence_stderr()
-        os._exit(self.code)
-
-
-class SegfaultAt(_Misbehave):
-    def misbehave(self) -> None:
-        _silence_stderr()
-        ctypes.string_at(0)
-
-
-class HangAt(_Misbehave):
-    def __init__(self, n: int, index: int, seconds: float = 600.0, flag_path: str | None = None):
-        super().__init__(n, index, flag_path)
-        self.seconds = seconds
-
-    def misbehave(self) -> None:
-        time.sleep(self.seconds)
 
 
 class SlowAt:

@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 
+from . import claim, silence_stderr
+
 Point = collections.namedtuple("Point", ["x", "y"])
 
 
@@ -183,7 +185,7 @@ class ExitsOnce:
         return self.n
 
     def __getitem__(self, i):
-        if i == self.bad and not os.path.exists(self.flag):
-            open(self.flag, "w").close()
+        if i == self.bad and claim(self.flag):
+            silence_stderr()
             os._exit(3)
         return np.float32(i)

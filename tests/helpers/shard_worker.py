@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))]
 
 import numpy as np  # noqa: E402
 import torch.distributed as dist  # noqa: E402
