@@ -182,7 +182,7 @@ class Loader:
         e = self._engine
         return e.plan.nbatches_of(e.active_epoch if e.active_epoch is not None else e.next_epoch)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> _EpochIterator:
         if self._engine is None:
             raise LoaderClosedError("this Loader was not constructed")
         return _EpochIterator(self._engine, self)

@@ -254,7 +254,6 @@ class MultiprocessIterator(_ChainerIterator):  # type: ignore[misc]
         self._sampler = self.order_sampler
         self._n = len(self.dataset)
         self._plans: dict[int, list[Any]] = {}  # Loader epoch -> its block's index arrays
-        self._next_block = 0  # the next Loader epoch
         self._pending: deque[tuple[Any, int]] = deque()  # (state after the batch, its size)
         self._plan_state: Any = None  # state after the last planned batch (None: _state)
         self._block = None
@@ -371,10 +370,9 @@ class MultiprocessIterator(_ChainerIterator):  # type: ignore[misc]
         loader = self._loader
         if loader is None:
             loader = self._loader = self._make_loader()
-        self._plans.clear()
-        self._plans[self._next_block] = plan
-        self._next_block += 1
         self._block = iter(loader)  # one Loader epoch per block: NOTE [batch plans]
+        self._plans.clear()
+        self._plans[self._block.epoch] = plan  # asked for at the block's first next()
         self._pending.extend(pending)
         self._plan_state = st
 

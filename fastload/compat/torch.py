@@ -335,7 +335,6 @@ class DataLoader:
         self._copy = copy
         self._plans: dict[int, list[Any]] = {}
         self._base_seed: int | None = None
-        self._epoch = 0
 
     # -- the index sampler ------------------------------------------------------------------
     @property
@@ -348,7 +347,6 @@ class DataLoader:
     def _make_loader(self, max_batch: int, base_seed: int) -> Loader:
         getitems = hasattr(self.dataset, "__getitems__")
         wrapped = (_TorchDatasetGetitems if getitems else _TorchDataset)(self.dataset)
-        self._epoch = 0  # the new engine's epoch counter
         return Loader(
             wrapped,
             max(1, max_batch),
@@ -397,10 +395,9 @@ class DataLoader:
         if self._loader is None:
             hint = self.batch_size if self.batch_size else biggest
             self._loader = self._make_loader(max(hint, biggest), self._base_seed)
-        it = iter(self._loader)  # one engine epoch per iter(): see NOTE [batch plans]
+        it = iter(self._loader)  # one Loader epoch per iter(): see NOTE [batch plans]
         self._plans.clear()
-        self._plans[self._epoch] = plan  # asked for at the first next(), then popped
-        self._epoch += 1
+        self._plans[it.epoch] = plan  # asked for at the first next(), then popped
         return self._batches(it, pin, [len(b) for b in plan])
 
     def _batches(self, it: Any, pin: bool, counts: list[int]) -> Any:
