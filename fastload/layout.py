@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import LayoutMismatchError
 
-__all__ = ["BatchLayout", "Field", "ALIGN"]
+__all__ = ["BatchLayout", "Field", "ALIGN", "TAG_PREFIX"]
 
 #: Alignment of every region inside a slot (a cache line; SIMD loads stay aligned).
 ALIGN = 64
@@ -33,6 +33,11 @@ ALIGN = 64
 MIN_VAR_BYTES = 64 * 1024
 #: Slots are rounded up to whole pages so that large copies start page-aligned.
 PAGE = 4096
+
+#: A one-key dict whose key starts with this is a front end's wrapper of one leaf (see
+#: fastload/compat/_leaves.py): it is packed as any dict, but paths skip its key, so that errors
+#: name the leaf as the user's dataset returned it.
+TAG_PREFIX = "\x00fastload."
 
 # Node kinds (must match fastload/_pack.pyx).
 N_TUPLE, N_LIST, N_DICT, N_NAMEDTUPLE, N_ARRAY, N_OBJECT = range(6)
@@ -148,6 +153,8 @@ class BatchLayout:
             return (kind, path, kids)
         if isinstance(x, dict):
             keys = tuple(x.keys())
+            if len(keys) == 1 and isinstance(keys[0], str) and keys[0].startswith(TAG_PREFIX):
+                return (N_DICT, path, (self._build(x[keys[0]], path, depth + 1),), keys)
             kids = tuple(self._build(x[k], f"{path}[{k!r}]", depth + 1) for k in keys)
             return (N_DICT, path, kids, keys)
         a = _leaf_array(x)

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader as TorchDataLoader  # noqa: E402
 
 from helpers.compat import (  # noqa: E402
     ArrayDS,
+    EveryLeafDS,
     FailingDS,
     MixedDS,
     ObjArrayDS,
@@ -27,6 +28,7 @@ from helpers.compat import (  # noqa: E402
     pad_collate,
     record_init,
 )
+import fastload  # noqa: E402
 from fastload.compat.torch import DataLoader  # noqa: E402
 
 
@@ -199,6 +201,41 @@ def test_samples_of_object_leaves(ds):
     ref = list(TorchDataLoader(ds, batch_size=None))
     with DataLoader(ds, batch_size=None) as dl:
         same_samples(list(dl), ref)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_every_leaf_type_as_torch_returns_it(num_workers):
+    """Default collation, a custom collate_fn (the samples as the dataset returned them) and
+    batch_size=None, each against torch, for every leaf type the front end tags."""
+    ds = EveryLeafDS()
+    compare(ds, n_epochs=1, num_workers=num_workers, batch_size=4)
+    compare(ds, n_epochs=1, num_workers=num_workers, batch_size=None)
+    ident = lambda samples: samples  # noqa: E731
+    ref = list(TorchDataLoader(ds, batch_size=4, collate_fn=ident))
+    with DataLoader(ds, batch_size=4, num_workers=num_workers, collate_fn=ident) as dl:
+        got = list(dl)
+    assert len(got) == len(ref)
+    for batch, ref_batch in zip(got, ref):
+        for sample, want in zip(batch, ref_batch):
+            assert list(sample) == list(want)
+            assert torch.equal(sample["t"], want["t"])
+            assert type(sample["zero_d"]) is np.ndarray and sample["zero_d"].shape == ()
+            assert sample["zero_d"] == want["zero_d"]
+            assert type(sample["scalar"]) is np.float32 and sample["scalar"] == want["scalar"]
+            assert sample["color"] == want["color"] and sample["flag"] is want["flag"]
+            assert sample["name"] == want["name"]
+            assert sample["extra"]["a"] == want["extra"]["a"]
+            assert sample["extra"]["b"][1] == want["extra"]["b"][1]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_error_names_the_leaf_as_the_dataset_returned_it(num_workers):
+    with DataLoader(EveryLeafDS(ragged_at=5), batch_size=4, num_workers=num_workers) as dl:
+        with pytest.raises(fastload.LayoutMismatchError) as info:
+            list(dl)
+    msg = str(info.value)
+    assert msg.startswith("sample['t']: expected shape (3,) (as in the first sample), got (4,)")
+    assert "sample index 5" in msg and "\\x00" not in msg and "\x00" not in msg
 
 
 def test_batch_size_none():

@@ -33,7 +33,7 @@ What differs from Chainer's iterator:
 * Samples come from fastload's shared-memory slots: each array of a sample is a zero-copy view
   of its row in the batch (Chainer returns fresh copies). Views stay valid and unchanged while
   referenced; holding more than ``max_held`` batches (3) makes later batches copies (NOTE [held
-  batches] in fastload/loader.py). Python ``int``/``float``/``bool``/``complex`` leaves come back
+  batches] in fastload/_slots.py). Python ``int``/``float``/``bool``/``complex`` leaves come back
   as those Python types, NumPy scalars as NumPy scalars, 0-d arrays as 0-d arrays; other objects
   (strings, ``None``, subclasses of dict/list/tuple other than namedtuples, object arrays) are
   pickled whole, as Chainer's pool does. A Python int leaf is stacked as int64 if the first
@@ -86,7 +86,8 @@ except (ImportError, AttributeError) as _e:  # pragma: no cover - exercised in a
     ) from _e
 
 from fastload._pool import Pool
-from fastload.compat._chainer_worker import _T_0D, _T_OBJ, _T_PY, _ChainerDataset
+from fastload.compat._chainer_worker import _ChainerDataset
+from fastload.compat._leaves import columns
 from fastload.errors import LoaderClosedError
 from fastload.loader import Loader
 
@@ -113,41 +114,8 @@ _TIMEOUT_MESSAGE = (
     "chainer.iterators.MultiprocessIterator.html"
 )
 
-def _columns(x: Any, count: int) -> Any:
-    """Main side: a sequence of ``count`` per-sample items of one node of a fastload batch."""
-    t = type(x)
-    if t is np.ndarray:
-        return x  # iterating gives row views (or NumPy scalars for scalar leaves)
-    if t is dict:
-        if len(x) == 1:
-            k = next(iter(x))
-            if k == _T_PY:
-                v = x[k]
-                return v.tolist() if type(v) is np.ndarray else v  # an int beyond int64: a list
-            if k == _T_OBJ:
-                return [o.value for o in x[k]]
-            if k == _T_0D:
-                a = x[k]
-                return [a[r, ...] for r in range(count)]
-        keys = list(x)
-        cols = [_columns(x[k], count) for k in keys]
-        if not keys:
-            return [{} for _ in range(count)]
-        return [dict(zip(keys, vals)) for vals in zip(*cols)]
-    if t is tuple:
-        cols = [_columns(v, count) for v in x]
-        return list(zip(*cols)) if cols else [() for _ in range(count)]
-    if t is list:
-        cols = [_columns(v, count) for v in x]
-        return [list(vals) for vals in zip(*cols)] if cols else [[] for _ in range(count)]
-    if isinstance(x, tuple):  # a namedtuple
-        cols = [_columns(v, count) for v in x]
-        return [t._make(vals) for vals in zip(*cols)] if cols else [t() for _ in range(count)]
-    raise TypeError(f"unexpected node {t.__name__} in a batch")  # pragma: no cover
-
-
 def _samples(batch: Any, count: int) -> list[Any]:
-    return list(_columns(batch, count))
+    return list(columns(batch, count))
 
 
 _INIT_ATTRIBUTES = frozenset({

@@ -10,7 +10,7 @@ become lists; strings become lists of str). What differs:
 * Batches are zero-copy: every tensor of a batch is ``torch.from_numpy`` of a view into the
   shared-memory slot the worker packed it into; the tensor keeps the slot alive. Hold fewer than
   ``max_held`` batches at once (3 by default) or later batches are copies (see NOTE [held
-  batches] in fastload/loader.py).
+  batches] in fastload/_slots.py).
 * Workers are fastload's: started at the first ``iter()`` and kept until :meth:`close` (or
   garbage collection), whatever ``persistent_workers`` says. They are seeded the way torch
   seeds them (``torch.initial_seed() == base_seed + worker_id``, ``random`` likewise, NumPy with
@@ -49,12 +49,14 @@ try:
         RandomSampler,
         SequentialSampler,
     )
+    from torch.utils.data import default_collate as _default_collate
 except ImportError as _e:  # pragma: no cover - exercised only without torch
     raise ImportError(
         "fastload.compat.torch needs PyTorch: pip install torch (fastload itself does not)"
     ) from _e
 
 import fastload
+from fastload.compat._leaves import T_OBJ, columns, encode, tag_of
 from fastload.errors import LoaderTimeoutError
 from fastload.loader import Loader
 
@@ -66,42 +68,16 @@ class DataLoaderTimeoutError(LoaderTimeoutError, RuntimeError):
     :class:`fastload.LoaderTimeoutError`."""
 
 
-# Leaf tags, added in the worker and removed in the main process (one dict level each: fastload
-# keeps dict structure, so a tagged leaf costs nothing on the zero-copy path).
-_T_TENSOR = "\x00fastload.tensor"  # a torch tensor, sent as its NumPy array
-_T_PY = "\x00fastload.py"  # a Python int / float / bool / complex
-_TAGS = (_T_TENSOR, _T_PY)
-
-
 def _to_numpy(x: Any) -> Any:
-    """Worker side: tensors -> tagged NumPy arrays, Python numbers tagged, structure kept."""
-    if isinstance(x, torch.Tensor):
-        return {_T_TENSOR: x.detach().cpu().numpy()}
-    if isinstance(x, (bool, int, float, complex)) and type(x).__module__ == "builtins":
-        return {_T_PY: x}
-    if isinstance(x, (str, bytes, np.ndarray, np.generic)) or x is None:
-        return x
-    if isinstance(x, tuple) and hasattr(x, "_fields"):
-        return type(x)(*(_to_numpy(v) for v in x))
-    if isinstance(x, tuple):
-        return tuple(_to_numpy(v) for v in x)
-    if isinstance(x, list):
-        return [_to_numpy(v) for v in x]
-    if isinstance(x, dict):
-        return {k: _to_numpy(v) for k, v in x.items()}
-    return x
+    """Worker side: leaves tagged (tensors as their NumPy arrays) by fastload/compat/_leaves.py;
+    any tuple, list and dict is walked, as torch's collation walks any sequence and mapping."""
+    return encode(x, exact=False, tensor_type=torch.Tensor)
 
 
-def _tag(x: Any) -> str | None:
-    if type(x) is dict and len(x) == 1:
-        k = next(iter(x))
-        if k in _TAGS:
-            return str(k)
-    return None
-
-
-def _collate(x: Any) -> Any:
-    """Main side: torch's default_collate of a fastload batch (arrays -> tensors, zero-copy)."""
+def _collate(x: Any, in_sequence: bool = False) -> Any:
+    """Main side: torch's default_collate of a fastload batch (arrays -> tensors, zero-copy).
+    ``in_sequence``: below a list or tuple, where torch transposes the samples with zip() and
+    so hands a tuple, not a list, of each leaf's values to its rules."""
     if isinstance(x, np.ndarray):
         if x.dtype.char in "SaUO":
             raise TypeError(
@@ -109,45 +85,29 @@ def _collate(x: Any) -> Any:
                 f"lists; found {x.dtype}"
             )
         return torch.from_numpy(x)
-    tag = _tag(x)
+    tag = tag_of(x)
+    if tag == T_OBJ:  # torch's own rules for what fastload does not stack (str, IntEnum, ...)
+        values = [o.value for o in x[tag]]
+        return _default_collate(tuple(values) if in_sequence else values)
     if tag is not None:
         return _collate(x[tag])
     if isinstance(x, tuple) and hasattr(x, "_fields"):
-        return type(x)(*(_collate(v) for v in x))
-    if isinstance(x, tuple):
-        return [_collate(v) for v in x]  # torch: tuples become lists
-    if isinstance(x, list):
-        return [_collate(v) for v in x]  # a structure list, or a per-sample list of objects
+        return type(x)(*(_collate(v, True) for v in x))
+    if isinstance(x, (tuple, list)):
+        return [_collate(v, True) for v in x]  # torch: tuples become lists
     if isinstance(x, dict):
-        return type(x)({k: _collate(v) for k, v in x.items()})
+        return {k: _collate(v) for k, v in x.items()}
     return x
 
 
-def _split(x: Any, count: int, is_obj: Any) -> Any:
-    """Main side: a sequence of the ``count`` per-sample items of one node of a fastload batch,
-    as the dataset returned them (views), built column by column (as compat.chainer does)."""
-    if is_obj is True or isinstance(x, np.ndarray):
-        return x  # a per-sample object list; or an array, whose rows iterating gives
-    tag = _tag(x)
-    if tag == _T_TENSOR:
-        return torch.from_numpy(x[tag]).unbind(0)  # row views, made in C
-    if tag == _T_PY:
-        return x[tag].tolist()
-    t = type(x)
-    if t is dict:
-        keys = list(x)
-        if not keys:
-            return [{} for _ in range(count)]
-        cols = [_split(x[k], count, is_obj[k]) for k in keys]
-        return [dict(zip(keys, vals)) for vals in zip(*cols)]
-    cols = [_split(v, count, s) for v, s in zip(x, is_obj)]
-    if not cols:
-        return [t() for _ in range(count)]
-    if t is tuple:
-        return list(zip(*cols))
-    if t is list:
-        return [list(vals) for vals in zip(*cols)]
-    return [t._make(vals) for vals in zip(*cols)]  # a namedtuple
+def _tensor_rows(a: np.ndarray) -> Any:
+    return torch.from_numpy(a).unbind(0)  # row views, made in C
+
+
+def _samples(batch: Any, count: int) -> list[Any]:
+    """Main side: the batch split back into the ``count`` samples the dataset returned (views;
+    tensor leaves as tensors), for a custom collate_fn."""
+    return list(columns(batch, count, _tensor_rows))
 
 
 class _TorchDataset:
@@ -403,7 +363,6 @@ class DataLoader:
     def _batches(self, it: Any, pin: bool, counts: list[int]) -> Any:
         collate = self.collate_fn
         auto = self._auto_collation
-        structure = None
         for count in counts:  # samples per batch, from the plan
             try:
                 batch = next(it)
@@ -414,13 +373,11 @@ class DataLoader:
                     f"DataLoader timed out after {self.timeout} seconds ({e})"
                 ) from e
             if not auto:
-                out = _convert(_split(batch, 1, _objects(batch, 1))[0])
+                out = _convert(_samples(batch, 1)[0])
             elif collate is None:
                 out = _collate(batch)
             else:
-                if structure is None:
-                    structure = _objects(batch, count)
-                out = collate(list(_split(batch, count, structure)))
+                out = collate(_samples(batch, count))
             if pin:
                 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
@@ -447,31 +404,6 @@ class DataLoader:
             f"<fastload.compat.torch.DataLoader batch_size={self.batch_size} "
             f"num_workers={self.num_workers} batches={len(self)}>"
         )
-
-
-def _objects(x: Any, count: int) -> Any:
-    """Which lists of a batch are per-sample object lists (True) and which are structure.
-
-    Leaves that are not numbers or arrays come back as a list of ``count`` objects; a list in
-    the sample comes back as a list of batched children, each a (non-object) ndarray, a tagged
-    dict or a nested structure. An object list holds the raw objects (strings, None, object
-    arrays, ...), never a batched child.
-    """
-    if isinstance(x, np.ndarray) or _tag(x) is not None:
-        return False
-    if isinstance(x, list):
-        if len(x) == count and not any(
-            isinstance(v, (dict, list, tuple))
-            or (isinstance(v, np.ndarray) and not v.dtype.hasobject)
-            for v in x
-        ):
-            return True
-        return [_objects(v, count) for v in x]
-    if isinstance(x, tuple):
-        return tuple(_objects(v, count) for v in x)
-    if isinstance(x, dict):
-        return {k: _objects(v, count) for k, v in x.items()}
-    return False
 
 
 def _convert(x: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import enum
 import os
 
 import numpy as np
@@ -124,3 +125,33 @@ class ObjArrayDS:
 
     def __getitem__(self, i: int):
         return {"o": np.array([i, "x"], dtype=object), "y": i}
+
+
+class Color(enum.IntEnum):
+    RED = 1
+    BLUE = 2
+
+
+class EveryLeafDS:
+    """One of each leaf type the torch front end tags (fastload/compat/_leaves.py): a tensor, a
+    0-d array, an IntEnum, a str, a NumPy scalar, a bool, strings in a list; with `ragged_at`,
+    the tensor of that sample is one longer (an undeclared ragged leaf)."""
+
+    def __init__(self, n: int = 6, ragged_at: int | None = None) -> None:
+        self.n = n
+        self.ragged_at = ragged_at
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        t = torch.arange(3 + (i == self.ragged_at), dtype=torch.float64) * i
+        return {
+            "t": t,
+            "zero_d": np.array(i * 0.5),
+            "color": Color.RED if i % 2 else Color.BLUE,
+            "scalar": np.float32(i),
+            "flag": i % 3 == 0,
+            "name": f"s{i}",
+            "extra": dict(a=i, b=(np.int16(i), [f"w{i}"])),
+        }
