@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ._fill import WorkerInfo, get_worker_info, sample_rng
 from ._pool import Pool
+from ._ragged import Packed, Padded
 from ._version import __version__
 from .arrays import ArrayDataset
 from .errors import (
@@ -27,6 +28,8 @@ __all__ = [
     "ArrayDataset",
     "BatchLayout",
     "Field",
+    "Padded",
+    "Packed",
     "WorkerInfo",
     "get_worker_info",
     "sample_rng",

@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import pickle
 import time
 from collections import deque
 from typing import Any
@@ -149,7 +148,8 @@ class Engine:
         """num_workers=0: the workers' fill path (fastload/_fill.py), into a private buffer."""
         assert self.filler is not None
         self.layout, batch = self.filler.load(
-            self.layout, self.plan.batch(epoch, b), self.cfg.batch_size, self.plan.seed, epoch
+            self.layout, self.plan.batch(epoch, b), self.cfg.batch_size, self.plan.seed, epoch,
+            self.cfg.ragged,
         )
         return batch
 
@@ -172,14 +172,12 @@ class Engine:
             what = f"batch {task.batch} of epoch {epoch}"
             self.mail.raise_failure(task.slot, task.seq, word, what)
         info = slots.ring.slot_info(task.slot)
-        objects: list[Any] | None = None
-        if self.layout.n_objects:
-            if info["flags"] & _ring.F_SPILLED:
-                objects = self.mail.spilled_objects(task.slot, task.seq, word)
-                self.counters["spilled_batches"] += 1
-            else:
-                objects = pickle.loads(slots.map.read_objects(task.slot, info["var_bytes"]))
-        batch = slots.deliver(task.slot, info["count"], objects, self.cfg.copy, self.cfg.max_held)
+        spilled = None
+        if self.layout.n_objects and info["flags"] & _ring.F_SPILLED:
+            spilled = self.mail.spilled_image(task.slot, task.seq, word)
+            self.counters["spilled_batches"] += 1
+        batch = slots.deliver(task.slot, info["count"], info["var_bytes"], spilled,
+                              self.cfg.copy, self.cfg.max_held)
         self._refill()
         return batch
 
@@ -214,7 +212,8 @@ class Engine:
         e = self.active_epoch if self.active_epoch is not None else self.next_epoch
         if self.n and self.plan.nbatches_of(e):
             index = int(self.plan.batch(e, self.consumed)[0])
-            self.mail.send_probe(m.Probe(self.cid, index, self.cfg.batch_size, self.plan.seed, e))
+            self.mail.send_probe(m.Probe(self.cid, index, self.cfg.batch_size, self.plan.seed, e,
+                                         self.cfg.ragged))
 
     def _setup_region(self) -> None:
         """Wait for worker 0's layout, then create the region and attach every worker."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ._ragged import RowError, VarImage
 from ._remote import pack_exception
 
 __all__ = ["WorkerInfo", "get_worker_info", "sample_rng", "BatchFiller", "set_worker_info"]
@@ -86,25 +87,27 @@ class BatchFiller:
         # fastload.ArrayDataset: rows are gathered in C, no Python call per sample.
         self.columns: list[Any] | None = columns() if callable(columns) else None
 
-    def probe(self, index: int, batch_size: int, seed: int, epoch: int) -> Any:
+    def probe(self, index: int, batch_size: int, seed: int, epoch: int,
+              ragged: Any = None) -> Any:
         """The BatchLayout of sample ``index`` (raises what the dataset raises)."""
         from .layout import BatchLayout
 
         ctx = _sample_ctx
         ctx[0], ctx[1], ctx[2] = seed, epoch, index
         try:
-            return BatchLayout(self.dataset[index], batch_size)
+            return BatchLayout(self.dataset[index], batch_size, ragged)
         finally:
             ctx[2] = -1
 
     def fill(self, packer: Any, layout: Any, slot: int, indices: Any, seed: int, epoch: int,
-             ring: Any = None, pid: int = 0) -> tuple[list[Any] | None, bytes | None]:
-        """Load the samples ``indices`` (an int64 array) into ``slot``. Returns (object leaves
-        or None if the layout has none, None) or (None, the packed exception). With a ``ring``,
-        the row being loaded is recorded in the slot before each sample (stall reports and
-        death reports read it)."""
+             ring: Any = None, pid: int = 0) -> tuple[VarImage | None, bytes | None]:
+        """Load the samples ``indices`` (an int64 array) into ``slot``. Returns (the batch's
+        variable image, or None if the layout has no object or ragged leaves, None) or (None,
+        the packed exception). With a ``ring``, the row being loaded is recorded in the slot
+        before each sample (stall reports and death reports read it)."""
         objects: list[Any] = []
         index = None
+        image = None
         ctx = _sample_ctx
         ctx[0], ctx[1] = seed, epoch
         try:
@@ -121,6 +124,10 @@ class BatchFiller:
                             ring.set_progress(slot, row, pid)
                         ctx[2] = index
                         pack(slot, row, ds[index], objects)
+            if layout.n_objects:
+                image = VarImage(layout, objects, len(indices))
+        except RowError as e:  # a ragged leaf of one row is not what was declared
+            return None, pack_exception(e.error, int(indices[e.row]), self.worker_id)
         except BaseException as e:
             if self.worker_id is None and isinstance(e, (SystemExit, KeyboardInterrupt)):
                 raise  # num_workers=0: the user's own process (Ctrl+C, sys.exit) goes on as is
@@ -129,9 +136,10 @@ class BatchFiller:
             return None, pack_exception(e, index, self.worker_id)
         finally:
             ctx[2] = -1
-        return (objects if layout.n_objects else None), None
+        return image, None
 
-    def load(self, layout: Any, indices: Any, batch_size: int, seed: int, epoch: int) -> Any:
+    def load(self, layout: Any, indices: Any, batch_size: int, seed: int, epoch: int,
+             ragged: Any = None) -> Any:
         """num_workers=0: (layout, batch) of the samples ``indices``, filled as a worker fills
         a slot, into a buffer of its own (the batch's arrays are views of it). ``layout`` None:
         the first sample sets it. Raises what the dataset raised, rebuilt as for a worker's."""
@@ -141,19 +149,20 @@ class BatchFiller:
         indices = np.ascontiguousarray(indices, dtype=np.int64)
         if layout is None:
             try:
-                layout = self.probe(int(indices[0]), batch_size, seed, epoch)
+                layout = self.probe(int(indices[0]), batch_size, seed, epoch, ragged)
             except Exception as e:
                 raise_rebuilt(pack_exception(e, int(indices[0]), None))
         buf = np.empty(layout.slot_bytes, np.uint8)
         packer = Packer(buf, 0, layout.slot_bytes, 1, layout.batch_size, layout.tree,
                         layout.packer_fields)
         try:
-            objects, error = self.fill(packer, layout, 0, indices, seed, epoch)
+            image, error = self.fill(packer, layout, 0, indices, seed, epoch)
         finally:
             packer.close()
         if error is not None:
             raise_rebuilt(error)
-        return layout, layout.unpack(buf, len(indices), objects)
+        objects, ragged = image.local() if image is not None else (None, None)
+        return layout, layout.unpack(buf, len(indices), objects, ragged)
 
     def _gather(self, packer: Any, layout: Any, slot: int, indices: Any) -> bool:
         """ArrayDataset fast path; False (and never again) if a column cannot be gathered."""

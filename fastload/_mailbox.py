@@ -3,7 +3,6 @@ probe, and the batch messages (errors, spills) filed by slot until the loader as
 
 from __future__ import annotations
 
-import pickle
 import threading
 from typing import Any, NoReturn
 
@@ -90,14 +89,15 @@ class Mailbox:
             )
         raise_rebuilt(msg.error)
 
-    def spilled_objects(self, slot: int, seq: int, word: int) -> list[Any]:
-        """The object leaves of a READY slot's batch that travelled over the pipe."""
+    def spilled_image(self, slot: int, seq: int, word: int) -> bytes:
+        """The variable image (object leaves, ragged leaves) of a READY slot's batch that
+        travelled over the pipe because it did not fit the slot."""
         owner = _ring.state_bits(word)[1]
         msg = self.take(owner, slot, seq)
         if msg is None:
             raise WorkerDied(f"worker {owner} died while sending batch objects")
-        objects: list[Any] = pickle.loads(msg.objects)
-        return objects
+        image: bytes = msg.image
+        return image
 
     def take(self, worker: int, slot: int, seq: int) -> Any:
         """The message ``worker`` sent about task ``seq`` in ``slot``, watching its liveness:

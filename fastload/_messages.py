@@ -49,6 +49,7 @@ class Probe(NamedTuple):
     batch_size: int
     seed: int
     epoch: int
+    ragged: Any = None  # the loader's RaggedSpec (fastload/_ragged.py)
 
 
 class Attach(NamedTuple):
@@ -91,7 +92,7 @@ class Spill(NamedTuple):
     cid: int
     slot: int
     seq: int
-    objects: bytes  # the batch's pickled object leaves
+    image: bytes  # the batch's variable image (NOTE [ragged leaves] in fastload/_ragged.py)
 
 
 class DatasetFailed(NamedTuple):

@@ -358,9 +358,13 @@ cdef class Packer:
             shape = value.shape
         cdef bint slow = _needs_swap(value.dtype, dt, path)
         if shape != self._shapes[leaf]:
+            hint = ""
+            if len(shape) == len(self._shapes[leaf]) >= 1:
+                hint = (f"; if its shape varies from sample to sample, declare it ragged: "
+                        f"Loader(..., ragged={{{path!r}: 'pad'}}) (or 'list', 'packed')")
             raise LayoutMismatchError(
                 f"{path}: expected shape {self._shapes[leaf]} (as in the first sample), got "
-                f"{shape}")
+                f"{shape}{hint}")
         return self._copy_in(value, dst, rb, shape, dt, slow, path)
 
 cdef class SlotLease:

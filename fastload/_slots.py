@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _pack, _ring
+from ._ragged import VarImage, read_image
 from ._region import SharedRegion
 from .layout import PAGE, BatchLayout
 
@@ -61,17 +62,14 @@ class SlotMap:
         at = self.base(slot) + self.layout.seed_offset
         return int(np.frombuffer(self.mm, np.int64, 1, at)[0])
 
-    def write_objects(self, slot: int, data: bytes) -> bool:
-        """Put a batch's pickled object leaves in its variable area; False if they do not fit."""
-        if len(data) > self.layout.var_bytes:
-            return False
-        start = self.base(slot) + self.layout.var_offset
-        self.mm[start : start + len(data)] = data
-        return True
-
-    def read_objects(self, slot: int, nbytes: int) -> bytes:
-        start = self.base(slot) + self.layout.var_offset
-        return bytes(self.mm[start : start + nbytes])
+    def write_image(self, slot: int, image: VarImage) -> int:
+        """Put a batch's variable image in its variable area: its size, or 0 if it does not fit
+        (NOTE [ragged leaves] in fastload/_ragged.py)."""
+        nbytes = image.nbytes
+        if nbytes > self.layout.var_bytes:
+            return 0
+        image.write_into(self.mm, self.base(slot) + self.layout.var_offset)
+        return nbytes
 
 
 class Task(NamedTuple):
@@ -175,24 +173,36 @@ class SlotTable:
         self.ring.release(slot)
         self.free.append(slot)
 
-    def deliver(self, slot: int, count: int, objects: list[Any] | None, copy: bool,
+    def deliver(self, slot: int, count: int, var_bytes: int, spilled: bytes | None, copy: bool,
                 max_held: int) -> Any:
         """The batch in a READY slot: zero-copy views owned by a lease, or (NOTE [held
-        batches]) a copy when the user holds ``max_held`` batches already or ``copy``."""
+        batches]) a copy when the user holds ``max_held`` batches already or ``copy``.
+        ``var_bytes``: the size of its variable image in the slot; ``spilled``: the image, if
+        it came over the pipe instead."""
         lay, ring = self.layout, self.ring
         self.reap()
         base = self.map.base(slot)
+        image = None
+        if spilled is not None:  # an aligned, writable copy; the batch's views keep it alive
+            image = np.empty(len(spilled), np.uint8)
+            image[:] = np.frombuffer(spilled, np.uint8)
         if not copy and len(self.leased) < max_held:
             ring.begin_read(slot)
-            lease = _pack.SlotLease(self.region.mm, base, ring.slot_bytes, slot, self.returner)
+            buf: Any = _pack.SlotLease(self.region.mm, base, ring.slot_bytes, slot, self.returner)
             self.leased.add(slot)
-            return lay.unpack(lease, count, objects)
-        data = np.empty(lay.var_offset, np.uint8)
-        data[:] = np.frombuffer(self.region.mm, np.uint8, lay.var_offset, base)
-        self.release(slot)
-        if not copy:
-            self.counters["copied_batches"] += 1
-        return lay.unpack(data, count, objects)
+        else:
+            used = lay.var_offset + (var_bytes if lay.n_objects and image is None else 0)
+            buf = np.empty(used, np.uint8)
+            buf[:] = np.frombuffer(self.region.mm, np.uint8, used, base)
+            self.release(slot)
+            if not copy:
+                self.counters["copied_batches"] += 1
+        objects, ragged = None, None
+        if image is not None:
+            objects, ragged = read_image(lay, image, 0, count)
+        elif lay.n_objects:
+            objects, ragged = read_image(lay, buf, lay.var_offset, count)
+        return lay.unpack(buf, count, objects, ragged)
 
     @property
     def held(self) -> int:

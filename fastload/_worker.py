@@ -18,6 +18,8 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import recv_handle
 from typing import Any
 
+import numpy as np
+
 from . import _messages as m
 from ._fill import BatchFiller, WorkerInfo, set_worker_info
 from ._remote import pack_exception
@@ -194,7 +196,7 @@ class _Client:
         # worker may die on another loader's batch before it reads the probe).
         conn.send(m.ProbeStarted(self.cid))
         try:
-            layout = self.filler.probe(msg.sample, msg.batch_size, msg.seed, msg.epoch)
+            layout = self.filler.probe(msg.sample, msg.batch_size, msg.seed, msg.epoch, msg.ragged)
         except BaseException as e:
             conn.send(m.ProbeFailed(self.cid, pack_exception(e, msg.sample, self.worker.worker_id)))
         else:
@@ -206,7 +208,7 @@ class _Client:
         assert self.filler is not None
         info = ring.slot_info(slot)
         indices = slots.indices(slot, info["count"])
-        objects, error = self.filler.fill(
+        image, error = self.filler.fill(
             self.packer, self.layout, slot, indices, slots.seed(slot), info["epoch"], ring,
             self.pid,
         )
@@ -215,15 +217,17 @@ class _Client:
                 self.worker.conn.send(m.BatchFailed(self.cid, slot, info["seq"], error))
             return
         spill = None
-        if objects is not None:
-            data = pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)
-            if slots.write_objects(slot, data):
-                ring.set_result(slot, 0, len(data))
+        if image is not None:
+            nbytes = slots.write_image(slot, image)
+            if nbytes:
+                ring.set_result(slot, 0, nbytes)
             else:
                 from ._ring import F_SPILLED
 
                 ring.set_result(slot, F_SPILLED, 0)
-                spill = data
+                data = np.empty(image.nbytes, np.uint8)
+                image.write_into(data, 0)
+                spill = data.tobytes()
         if not ring.publish(slot, state, True):
             return  # reclaimed meanwhile (cannot happen while we live) or cancelled
         if spill is not None:

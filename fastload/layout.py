@@ -23,6 +23,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from ._ragged import MAX_VAR_BYTES, RaggedLeaf, RaggedSpec
 from .errors import LayoutMismatchError
 
 __all__ = ["BatchLayout", "Field", "ALIGN", "TAG_PREFIX"]
@@ -112,14 +113,19 @@ class BatchLayout:
     [('sample[0]', 'float32', (2, 3)), ('sample[1]', 'int64', ())]
     """
 
-    def __init__(self, sample: object, batch_size: int) -> None:
+    def __init__(self, sample: object, batch_size: int, ragged: RaggedSpec | None = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
         self.fields: list[Field] = []  # array leaves, in tree order
-        self.object_paths: list[str] = []  # object leaves, in tree order
+        self.object_paths: list[str] = []  # object leaves (and ragged leaves), in tree order
+        self.ragged: list[RaggedLeaf] = []  # NOTE [ragged leaves] (fastload/_ragged.py)
+        self._spec = ragged
+        self._array_paths: list[str] = []
         self._offset = _align(8 * (batch_size + 1))  # after the task header + index area
         self.tree = self._build(sample, "sample", depth=0)
+        if ragged is not None:
+            ragged.check_used([r.path for r in self.ragged], self._array_paths)
         self.index_offset = 0
         self.seed_offset = 8 * batch_size  # int64: the loader's seed when the batch was queued
         self.var_offset = self._offset
@@ -129,11 +135,18 @@ class BatchLayout:
 
             objs: list[object] = []
             self._collect_objects(self.tree, sample, objs)
+            ragged_bytes = 0
+            for leaf in self.ragged:
+                ragged_bytes += int(np.asarray(objs[leaf.obj]).nbytes) + ALIGN
+                objs[leaf.obj] = None
             try:
                 per_sample = len(pickle.dumps(objs, protocol=pickle.HIGHEST_PROTOCOL))
             except Exception:
                 per_sample = 1024
-            self.var_bytes = _align(max(MIN_VAR_BYTES, 2 * per_sample * batch_size + 1024))
+            # Room for twice the first sample's objects and ragged values per row (a longer
+            # sample, padding); a batch that needs more travels over the pipe (_ragged.py).
+            want = 2 * (per_sample + ragged_bytes) * batch_size + 1024
+            self.var_bytes = _align(max(MIN_VAR_BYTES, min(want, MAX_VAR_BYTES)))
         self.slot_bytes = _align(self.var_offset + self.var_bytes, PAGE)
 
     # -- construction ------------------------------------------------------------------------
@@ -160,6 +173,16 @@ class BatchLayout:
         a = _leaf_array(x)
         if a is None:
             self.object_paths.append(path)
+            return (N_OBJECT, path, len(self.object_paths) - 1)
+        self._array_paths.append(path)
+        mode = self._spec.mode_of(path, a) if self._spec is not None else None
+        if mode is not None:  # the packer hands it over as it does an object leaf
+            self.object_paths.append(path)
+            dt = np.dtype(a.dtype.newbyteorder("=") if a.dtype.byteorder == ">" else a.dtype)
+            spec = self._spec
+            assert spec is not None
+            self.ragged.append(RaggedLeaf(path, mode, dt, a.ndim, len(self.object_paths) - 1,
+                                          spec.pad_value, spec.pad_to_multiple))
             return (N_OBJECT, path, len(self.object_paths) - 1)
         dt = a.dtype.newbyteorder("=") if a.dtype.byteorder not in ("=", "|") else a.dtype
         dt = np.dtype(dt)
@@ -189,26 +212,31 @@ class BatchLayout:
     def n_objects(self) -> int:
         return len(self.object_paths)
 
-    def unpack(self, buf: Any, count: int, objects: list[object] | None) -> Any:
+    def unpack(self, buf: Any, count: int, objects: list[object] | None,
+               ragged: dict[int, Any] | None = None) -> Any:
         """Build the batch: the sample's structure with each leaf stacked on a new axis.
 
         ``buf`` exports the slot payload (a SlotLease or any buffer); arrays are views into it.
-        ``objects`` is the flat list of the batch's object leaves (``count * n_objects``).
+        ``objects`` is the flat list of the batch's object leaves (``count * n_objects``);
+        ``ragged`` the built values of the ragged leaves, by object index (_ragged.py).
         """
         arrays = [
             np.ndarray((count, *f.shape), f.dtype, buffer=buf, offset=f.offset)
             for f in self.fields
         ]
-        return self._assemble(self.tree, arrays, objects, count)
+        return self._assemble(self.tree, arrays, objects, count, ragged or {})
 
-    def _assemble(self, node: tuple[Any, ...], arrays: list[Any], objects: Any, count: int) -> Any:
+    def _assemble(self, node: tuple[Any, ...], arrays: list[Any], objects: Any, count: int,
+                  ragged: dict[int, Any]) -> Any:
         kind = node[0]
         if kind == N_ARRAY:
             return arrays[node[2]]
         if kind == N_OBJECT:
             k, j = self.n_objects, node[2]
+            if j in ragged:
+                return ragged[j]
             return [objects[r * k + j] for r in range(count)]
-        kids = [self._assemble(c, arrays, objects, count) for c in node[2]]
+        kids = [self._assemble(c, arrays, objects, count, ragged) for c in node[2]]
         if kind == N_TUPLE:
             return tuple(kids)
         if kind == N_LIST:
@@ -220,7 +248,9 @@ class BatchLayout:
     def describe(self) -> str:
         """One line per leaf, for error messages and ``repr``."""
         lines = [f"  {f.path}: {f.dtype} {f.shape}" for f in self.fields]
-        lines += [f"  {p}: Python object (pickled)" for p in self.object_paths]
+        modes = {r.path: r for r in self.ragged}
+        lines += [f"  {p}: {modes[p].dtype} ragged, {modes[p].ndim}-d ({modes[p].mode!r})"
+                  if p in modes else f"  {p}: Python object (pickled)" for p in self.object_paths]
         return "\n".join(lines)
 
     def __repr__(self) -> str:

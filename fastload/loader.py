@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from multiprocessing.util import Finalize
 from typing import Any
 
@@ -116,6 +116,22 @@ class Loader:
         ``seconds`` to arrive (also while the first sample, which sets the layout, is loading),
         with a sentence saying which worker loads which sample; the wait goes on (unlike
         ``timeout``).
+    ragged : {"list", "pad", "packed"} or dict, optional
+        Array leaves whose shape varies from sample to sample (same dtype and number of
+        dimensions); NOTE [ragged leaves] in fastload/_ragged.py. A mode for every array leaf
+        of 1 or more dimensions, or a dict from leaf (its path as errors print it, e.g.
+        ``"sample['tokens']"``, or a top-level dict key, ``"tokens"``) to a mode. A declared
+        leaf comes back in its mode in every batch: ``"list"``, a list of arrays (views);
+        ``"pad"``, :class:`fastload.Padded` ``(values, lengths)``, padded by the worker with
+        ``pad_value``; ``"packed"``, :class:`fastload.Packed` ``(values, offsets)``, the
+        samples concatenated along axis 0 (``offsets`` is ``cu_seqlens``). Ragged values are
+        written into the slot without pickling and read as views; a batch too large for its
+        slot travels over the worker's pipe (``stats()["spilled_batches"]``).
+    pad_value : number
+        What ``"pad"`` fills with (0).
+    pad_to_multiple : int, optional
+        ``"pad"`` rounds each varying extent up to a multiple of this (fewer distinct shapes
+        for compiled models).
 
     Examples
     --------
@@ -147,6 +163,9 @@ class Loader:
         pool: Pool | None = None,
         batch_plan: Callable[[int], Iterable[Sequence[int]]] | None = None,
         on_stall: tuple[float, Callable[[str], None]] | None = None,
+        ragged: str | Mapping[str, str] | None = None,
+        pad_value: float = 0,
+        pad_to_multiple: int | None = None,
     ) -> None:
         self._engine: Engine | None = None
         n = dataset_len(dataset)
@@ -155,7 +174,8 @@ class Loader:
             num_workers=num_workers, prefetch=prefetch, start_method=start_method,
             worker_init=worker_init, timeout=timeout, max_held=max_held, copy=copy,
             on_worker_death=on_worker_death, shard=shard, return_mask=return_mask,
-            batch_plan=batch_plan, on_stall=on_stall, pool=pool,
+            batch_plan=batch_plan, on_stall=on_stall, pool=pool, ragged=ragged,
+            pad_value=pad_value, pad_to_multiple=pad_to_multiple,
         )
         self.batch_size = cfg.batch_size
         self.num_workers = cfg.num_workers

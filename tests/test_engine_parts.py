@@ -15,6 +15,7 @@ from fastload import _messages as m
 from fastload._config import LoaderConfig, PoolConfig, resolve_shard
 from fastload._deaths import MAX_KILLS_PER_SAMPLE, DeathPolicy
 from fastload._fill import BatchFiller
+from fastload._ragged import VarImage, read_image
 from fastload._remote import pack_exception, rebuild_exception
 from fastload._slots import SlotTable
 from fastload._wait import POLL_INTERVAL_S, Deadline
@@ -171,12 +172,12 @@ def test_mailbox_never_hands_an_abandoned_batch_its_message():
     pool.routed = [(0, m.Spill(7, 1, 3, b"old")), (0, m.Spill(7, 2, 5, b"other"))]
     assert mail.take(0, 1, 9) is None  # not the old batch's objects
     pool.routed = [(0, m.Spill(7, 1, 9, b"new"))]
-    assert mail.take(0, 1, 9).objects == b"new"
+    assert mail.take(0, 1, 9).image == b"new"
     assert mail.msgs == {}  # what older tasks left behind is dropped
 
 
 def test_slot_table_tasks_round_trip_and_held_copies():
-    layout = fastload.BatchLayout(np.zeros(3, np.float32), 4)
+    layout = fastload.BatchLayout({"x": np.zeros(3, np.float32), "s": "a"}, 4)
     counters = {"copied_batches": 0}
     slots = SlotTable(layout, 3, counters)
     try:
@@ -190,7 +191,12 @@ def test_slot_table_tasks_round_trip_and_held_copies():
         assert not slots.can_queue(2)  # depth reached
         slots.drop_tasks(0)  # unclaimed: cancelled, free again at once
         assert not slots.inflight and sorted(slots.free) == [0, 1, 2]
-        assert not slots.map.write_objects(0, b"x" * (layout.var_bytes + 1))
+        # The variable image: written where the reader finds it, or refused when too large.
+        small = VarImage(layout, ["a", "b"], 2)
+        assert slots.map.write_image(0, small) == small.nbytes
+        assert read_image(layout, slots.region.mm, slots.map.base(0) + layout.var_offset,
+                          2) == (["a", "b"], {})
+        assert slots.map.write_image(1, VarImage(layout, ["x" * layout.var_bytes], 1)) == 0
     finally:
         slots.close()
 

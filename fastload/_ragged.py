@@ -1,0 +1,308 @@
+"""Ragged leaves: arrays whose shape varies from sample to sample, zero-copy.
+
+NOTE [ragged leaves]
+``Loader(..., ragged=...)`` declares array leaves whose shape may vary (same dtype and number of
+dimensions as in the first sample). The packer treats a declared leaf as it treats an object
+leaf: it hands the sample's array to the fill path instead of writing a fixed row. When every
+row of the batch is loaded, the worker writes the batch's *variable image* into the slot's
+variable area, after the fixed rows:
+
+    [u64: head length][head: pickle of (object leaves, ragged metadata)][pad to 64][data]
+
+The head holds the batch's other object leaves and, per ragged leaf, the offset of its data and
+the ``(B, ndim)`` shapes; the data holds each ragged leaf's values, written straight from the
+samples (no pickle): concatenated for ``"list"`` and ``"packed"``, padded to ``(B, *extent)``
+with ``pad_value`` for ``"pad"`` (the worker pads, not the consumer). The consumer reads the head
+and builds views of the data: a list of arrays, :class:`Packed` or :class:`Padded`, in every
+batch whether or not its shapes happened to vary.
+
+A batch whose image does not fit the variable area (sized from the first sample, at most
+``MAX_VAR_BYTES`` per slot) is not truncated: the worker sends the image over its pipe instead
+(``stats()["spilled_batches"]``) and the consumer's views are of that copy.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .errors import LayoutMismatchError
+
+__all__ = ["Padded", "Packed", "RaggedSpec", "RaggedLeaf", "VarImage", "RowError", "read_image",
+           "MODES", "MAX_VAR_BYTES"]
+
+MODES = ("list", "pad", "packed")
+#: The most a slot's variable area is sized to hold; a larger batch travels over the pipe.
+MAX_VAR_BYTES = 16 << 20
+_HEAD = 8  # the u64 head length
+_ALIGN = 64
+
+
+def _align(x: int) -> int:
+    return (x + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class Padded(NamedTuple):
+    """A ``"pad"`` leaf: ``values`` of shape ``(B, *extent)``, each sample in its corner and
+    ``pad_value`` elsewhere; ``lengths`` int64: ``(B,)`` for a 1-d leaf (each sample's
+    length), else ``(B, ndim)`` (each sample's shape)."""
+
+    values: np.ndarray
+    lengths: np.ndarray
+
+
+class Packed(NamedTuple):
+    """A ``"packed"`` leaf: the samples concatenated along axis 0 and ``offsets`` int64 of shape
+    ``(B + 1,)``; sample ``r`` is ``values[offsets[r]:offsets[r + 1]]`` (``cu_seqlens``)."""
+
+    values: np.ndarray
+    offsets: np.ndarray
+
+
+@dataclass(frozen=True)
+class RaggedSpec:
+    """The validated ``ragged=``, ``pad_value=`` and ``pad_to_multiple=`` of a Loader."""
+
+    modes: str | tuple[tuple[str, str], ...]  # one mode for all, or (path, mode) pairs
+    pad_value: Any = 0
+    pad_to_multiple: int = 1
+
+    @classmethod
+    def build(cls, ragged: Any, pad_value: Any = 0,
+              pad_to_multiple: Any = None) -> RaggedSpec | None:
+        if pad_to_multiple is not None and (
+            isinstance(pad_to_multiple, bool) or not isinstance(pad_to_multiple, int)
+            or pad_to_multiple < 1
+        ):
+            raise ValueError(
+                f"pad_to_multiple must be None or an int >= 1, got {pad_to_multiple!r}")
+        if not isinstance(pad_value, (int, float, complex, np.number, np.bool_)):
+            raise TypeError(f"pad_value must be a number, got {type(pad_value).__name__}")
+        if ragged is None:
+            return None
+        if isinstance(ragged, str):
+            if ragged not in MODES:
+                raise ValueError(f"ragged must be one of {MODES} or a dict of leaf -> mode, "
+                                 f"got {ragged!r}")
+            modes: str | tuple[tuple[str, str], ...] = ragged
+        elif isinstance(ragged, Mapping):
+            pairs = []
+            for key, mode in ragged.items():
+                if not isinstance(key, str):
+                    raise TypeError(f"ragged: leaf names are strings (a path as errors print it, "
+                                    f"e.g. \"sample['tokens']\", or a top-level key), got {key!r}")
+                if mode not in MODES:
+                    raise ValueError(f"ragged[{key!r}] must be one of {MODES}, got {mode!r}")
+                path = key if key.startswith("sample") else f"sample[{key!r}]"
+                pairs.append((path, str(mode)))
+            modes = tuple(pairs)
+        else:
+            raise TypeError(f"ragged must be None, one of {MODES} or a dict of leaf -> mode, got "
+                            f"{type(ragged).__name__}")
+        return cls(modes, pad_value, pad_to_multiple or 1)
+
+    def mode_of(self, path: str, a: np.ndarray) -> str | None:
+        """The declared mode of the leaf at ``path`` whose first-sample array is ``a``."""
+        if isinstance(self.modes, str):
+            return self.modes if a.ndim >= 1 else None
+        for p, mode in self.modes:
+            if p == path:
+                if a.ndim < 1:
+                    raise LayoutMismatchError(
+                        f"ragged: {path} is a 0-d value; only arrays of 1 or more dimensions can "
+                        "vary in shape")
+                return mode
+        return None
+
+    def check_used(self, found: list[str], leaves: list[str]) -> None:
+        """Every named leaf must exist: a misspelt name would silently stack (or fail later)."""
+        if isinstance(self.modes, str):
+            return
+        missing = [p for p, _ in self.modes if p not in found]
+        if missing:
+            raise LayoutMismatchError(
+                f"ragged names {missing}, which the first sample does not have as array leaves; "
+                f"its leaves are {leaves}")
+
+
+@dataclass(frozen=True)
+class RaggedLeaf:
+    """A declared leaf, as the first sample showed it; ``obj``: its place among object leaves."""
+
+    path: str
+    mode: str
+    dtype: np.dtype[Any]
+    ndim: int
+    obj: int
+    pad_value: Any
+    pad_to_multiple: int
+
+
+class RowError(Exception):
+    """A row of the batch failed the ragged checks (the fill path names its sample index)."""
+
+    def __init__(self, row: int, error: BaseException) -> None:
+        super().__init__(row, error)
+        self.row, self.error = row, error
+
+
+def _check(leaf: RaggedLeaf, value: Any, row: int) -> np.ndarray:
+    a = value if isinstance(value, np.ndarray) else None
+    if a is None and hasattr(value, "__array__") and not isinstance(value, (str, bytes)):
+        try:
+            a = np.asarray(value)
+        except Exception:
+            a = None
+    if a is None or a.dtype.hasobject:
+        raise RowError(row, LayoutMismatchError(
+            f"{leaf.path}: declared ragged ({leaf.mode!r}): expected an array of {leaf.dtype}, "
+            f"got {type(value).__name__}"))
+    if a.ndim != leaf.ndim or not np.can_cast(a.dtype, leaf.dtype, "equiv"):
+        raise RowError(row, LayoutMismatchError(
+            f"{leaf.path}: declared ragged ({leaf.mode!r}): the shape may vary, not the dtype or "
+            f"the number of dimensions: expected {leaf.dtype} with {leaf.ndim} dimensions (as in "
+            f"the first sample), got {a.dtype} with shape {a.shape}"))
+    return a
+
+
+class _Column(NamedTuple):
+    leaf: RaggedLeaf
+    arrays: list[np.ndarray]
+    shapes: np.ndarray  # (B, ndim) int64
+    extent: tuple[int, ...] | None  # "pad": the padded shape of one sample
+    offset: int  # of its data, from the start of the data area
+    nbytes: int
+
+
+class VarImage:
+    """A batch's variable image (NOTE [ragged leaves]), built from the fill path's flat list of
+    object leaves (row-major, ``n_objects`` per row; ragged leaves hold their arrays)."""
+
+    def __init__(self, layout: Any, objects: list[Any], count: int) -> None:
+        k = layout.n_objects
+        self.count = count
+        self.objects = objects
+        cols: list[_Column] = []
+        end = 0
+        for leaf in layout.ragged:
+            arrays = [_check(leaf, objects[r * k + leaf.obj], r) for r in range(count)]
+            shapes = np.array([a.shape for a in arrays], np.int64).reshape(count, leaf.ndim)
+            extent = None
+            itemsize = leaf.dtype.itemsize
+            if leaf.mode == "pad":
+                hi, lo = shapes.max(axis=0), shapes.min(axis=0)
+                m = leaf.pad_to_multiple
+                extent = tuple(int(-(-h // m) * m) if h != low and m > 1 else int(h)
+                               for h, low in zip(hi, lo))
+                nbytes = count * math.prod(extent) * itemsize
+            else:
+                if leaf.mode == "packed" and leaf.ndim > 1:
+                    bad = np.nonzero((shapes[:, 1:] != shapes[0, 1:]).any(axis=1))[0]
+                    if len(bad):
+                        r = int(bad[0])
+                        raise RowError(r, LayoutMismatchError(
+                            f"{leaf.path}: declared 'packed', which concatenates the samples "
+                            f"along axis 0, so their other axes must agree: shape "
+                            f"{tuple(shapes[r])} here, {tuple(shapes[0])} in the batch's first "
+                            "sample; declare it 'pad' or 'list' instead"))
+                nbytes = int(shapes.prod(axis=1).sum()) * itemsize
+            offset = _align(end)
+            end = offset + nbytes
+            cols.append(_Column(leaf, arrays, shapes, extent, offset, nbytes))
+        self.columns = cols
+        self.data_bytes = end
+        self._head: bytes | None = None
+
+    # -- a worker's image (pickled head + data) ----------------------------------------------
+    def head(self) -> bytes:
+        if self._head is None:
+            plain = list(self.objects)
+            meta = []
+            k = len(plain) // self.count if self.count else 0
+            for c in self.columns:
+                for r in range(self.count):
+                    plain[r * k + c.leaf.obj] = None
+                meta.append((c.offset, c.shapes, c.extent))
+            self._head = pickle.dumps((plain, meta), protocol=pickle.HIGHEST_PROTOCOL)
+        return self._head
+
+    @property
+    def nbytes(self) -> int:
+        return _align(_HEAD + len(self.head())) + self.data_bytes
+
+    def write_into(self, buf: Any, start: int) -> None:
+        """Write the image at ``buf[start:]`` (a writable buffer with ``nbytes`` room)."""
+        head = self.head()
+        mv = memoryview(buf).cast("B")
+        mv[start:start + _HEAD] = len(head).to_bytes(_HEAD, "little")
+        mv[start + _HEAD:start + _HEAD + len(head)] = head
+        self.write_data(buf, start + _align(_HEAD + len(head)))
+
+    # -- the data, shared by workers and num_workers=0 ---------------------------------------
+    def write_data(self, buf: Any, start: int) -> None:
+        for c in self.columns:
+            leaf, base = c.leaf, start + c.offset
+            if c.extent is not None:
+                out = np.ndarray((self.count, *c.extent), leaf.dtype, buffer=buf, offset=base)
+                out.fill(leaf.pad_value)
+                for r, a in enumerate(c.arrays):
+                    out[(r,) + tuple(slice(0, s) for s in a.shape)] = a
+            else:
+                o = base
+                for a in c.arrays:
+                    np.ndarray(a.shape, leaf.dtype, buffer=buf, offset=o)[...] = a
+                    o += a.size * leaf.dtype.itemsize
+
+    def local(self) -> tuple[list[Any], dict[int, Any]]:
+        """num_workers=0: the object leaves as they are (not pickled) and the ragged leaves'
+        values, in a buffer of their own."""
+        buf = np.empty(max(self.data_bytes, 1), np.uint8)
+        self.write_data(buf, 0)
+        meta = [(c.offset, c.shapes, c.extent) for c in self.columns]
+        return self.objects, _values([c.leaf for c in self.columns], meta, buf, 0, self.count)
+
+
+def read_image(layout: Any, buf: Any, start: int, count: int) -> tuple[list[Any], dict[int, Any]]:
+    """Consumer side: (object leaves, {object index: ragged value}) of the image at
+    ``buf[start:]``; ragged values are views of ``buf`` (which they keep alive)."""
+    mv = memoryview(buf).cast("B")
+    n = int.from_bytes(mv[start:start + _HEAD], "little")
+    objects, meta = pickle.loads(mv[start + _HEAD:start + _HEAD + n])
+    return objects, _values(layout.ragged, meta, buf, start + _align(_HEAD + n), count)
+
+
+def image_bytes(buf: Any, start: int) -> int:
+    """The length of the image at ``buf[start:]`` without its data (for the copy path)."""
+    return int.from_bytes(memoryview(buf).cast("B")[start:start + _HEAD], "little")
+
+
+def _values(leaves: list[RaggedLeaf], meta: list[Any], buf: Any, data: int,
+            count: int) -> dict[int, Any]:
+    out: dict[int, Any] = {}
+    for leaf, (offset, shapes, extent) in zip(leaves, meta):
+        base = data + offset
+        if leaf.mode == "pad":
+            values = np.ndarray((count, *extent), leaf.dtype, buffer=buf, offset=base)
+            out[leaf.obj] = Padded(values, shapes[:, 0].copy() if leaf.ndim == 1 else shapes)
+            continue
+        sizes = shapes.prod(axis=1) * leaf.dtype.itemsize
+        if leaf.mode == "packed":
+            trailing = tuple(int(s) for s in shapes[0, 1:]) if count else ()
+            offsets = np.zeros(count + 1, np.int64)
+            np.cumsum(shapes[:, 0], out=offsets[1:])
+            values = np.ndarray((int(offsets[-1]), *trailing), leaf.dtype, buffer=buf,
+                                offset=base)
+            out[leaf.obj] = Packed(values, offsets)
+            continue
+        views, o = [], base
+        for r in range(count):
+            views.append(np.ndarray(tuple(int(s) for s in shapes[r]), leaf.dtype, buffer=buf,
+                                    offset=o))
+            o += int(sizes[r])
+        out[leaf.obj] = views
+    return out
