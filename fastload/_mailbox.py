@@ -89,15 +89,14 @@ class Mailbox:
             )
         raise_rebuilt(msg.error)
 
-    def spilled_image(self, slot: int, seq: int, word: int) -> bytes:
+    def spilled_image(self, slot: int, seq: int, word: int) -> Any:
         """The variable image (object leaves, ragged leaves) of a READY slot's batch that
         travelled over the pipe because it did not fit the slot."""
         owner = _ring.state_bits(word)[1]
         msg = self.take(owner, slot, seq)
         if msg is None:
             raise WorkerDied(f"worker {owner} died while sending batch objects")
-        image: bytes = msg.image
-        return image
+        return msg.image
 
     def take(self, worker: int, slot: int, seq: int) -> Any:
         """The message ``worker`` sent about task ``seq`` in ``slot``, watching its liveness:

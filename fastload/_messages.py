@@ -14,8 +14,11 @@ message on the pipe as an SCM_RIGHTS message (multiprocessing.reduction.send_han
 
 Worker -> parent: ``ProbeStarted``, ``LayoutFound``, ``ProbeFailed``; ``BatchFailed`` for a
 batch that raised (sent *after* the slot is marked FAILED, so a large message can never block a
-worker that the parent is not yet reading); ``Spill`` for object leaves that did not fit the
-slot's variable area; ``DatasetFailed`` when a dataset cannot be unpickled there; ``InitFailed``
+worker that the parent is not yet reading); ``Spill`` for a batch's variable image (object and
+ragged leaves) that did not fit the slot's variable area, or on Linux ``SpillFd`` + the fd of a
+memfd holding it (the pool maps it on receipt and files a ``Spill`` whose image is that
+mapping: large ragged batches cross without a copy through the pipe); ``DatasetFailed`` when
+a dataset cannot be unpickled there; ``InitFailed``
 when ``worker_init`` fails (it concerns every client).
 Batch messages are filed by (slot, seq): ``seq`` is the task's number in the slot header (64
 bits, never reused by a loader), so a message of an abandoned batch (``break``, a new
@@ -28,7 +31,8 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "Bell", "AddDataset", "Probe", "Attach", "Detach", "Stop",
-    "ProbeStarted", "LayoutFound", "ProbeFailed", "BatchFailed", "Spill", "DatasetFailed",
+    "ProbeStarted", "LayoutFound", "ProbeFailed", "BatchFailed", "Spill", "SpillFd",
+    "DatasetFailed",
     "InitFailed", "Death",
 ]
 
@@ -92,7 +96,15 @@ class Spill(NamedTuple):
     cid: int
     slot: int
     seq: int
-    image: bytes  # the batch's variable image (NOTE [ragged leaves] in fastload/_ragged.py)
+    image: Any  # the batch's variable image (NOTE [ragged leaves] in fastload/_ragged.py):
+    # bytes, or the mmap of the memfd a SpillFd brought
+
+
+class SpillFd(NamedTuple):
+    cid: int
+    slot: int
+    seq: int
+    nbytes: int  # the memfd's size; the fd follows
 
 
 class DatasetFailed(NamedTuple):

@@ -412,3 +412,75 @@ cdef class SlotLease:
         if self._has_view:
             PyBuffer_Release(&self._view)
             self._has_view = False
+
+
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset
+
+
+def write_rows(object dest, Py_ssize_t start, list arrays, Py_ssize_t row_bytes, bytes pad):
+    """Copy the bytes of C-contiguous ``arrays`` into ``dest[start:]``, one after the other
+    (``row_bytes`` 0: concatenated, as ragged "list" and "packed" leaves are) or each at the
+    start of a row of ``row_bytes`` whose rest is filled with ``pad`` (the bytes of one item;
+    ragged "pad" leaves of one dimension). Returns the bytes written. Every copy is checked
+    against ``dest``'s size and the row's before any byte is written; the copies run with the
+    GIL released."""
+    cdef Py_buffer d
+    cdef Py_ssize_t n = len(arrays), i, off, total = 0, ln, plen = len(pad)
+    cdef Py_buffer *src = NULL
+    cdef Py_ssize_t got = 0
+    cdef const char *pbytes = pad
+    cdef bint zero_pad = True
+    cdef char *p
+    cdef Py_ssize_t k, rest
+    if start < 0 or row_bytes < 0:
+        raise ValueError("start and row_bytes must be >= 0")
+    for i in range(plen):
+        if pbytes[i] != 0:
+            zero_pad = False
+    PyObject_GetBuffer(dest, &d, PyBUF_WRITABLE)
+    try:
+        src = <Py_buffer *>malloc(sizeof(Py_buffer) * (n if n else 1))
+        if src == NULL:
+            raise MemoryError()
+        for i in range(n):
+            PyObject_GetBuffer(arrays[i], &src[i], PyBUF_SIMPLE)  # BufferError if not contiguous
+            got += 1
+            ln = src[i].len
+            if row_bytes:
+                if ln > row_bytes:
+                    raise ValueError(f"array {i}: {ln} bytes do not fit a row of {row_bytes}")
+                total += row_bytes
+            else:
+                total += ln
+        if row_bytes and plen and row_bytes % plen:
+            raise ValueError(f"row_bytes={row_bytes} is not a multiple of the pad's {plen} bytes")
+        if row_bytes and not plen and n:
+            raise ValueError("a padded row needs the bytes of one pad item")
+        if start > d.len or total > d.len - start:
+            raise ValueError(f"{total} bytes at offset {start} overflow a buffer of {d.len}")
+        with nogil:
+            off = start
+            for i in range(n):
+                p = <char *>d.buf + off
+                ln = src[i].len
+                if ln:
+                    memcpy(p, src[i].buf, ln)
+                if row_bytes:
+                    rest = row_bytes - ln
+                    if zero_pad:
+                        memset(p + ln, 0, rest)
+                    else:
+                        k = 0
+                        while k < rest:
+                            memcpy(p + ln + k, pbytes, plen)
+                            k += plen
+                    off += row_bytes
+                else:
+                    off += ln
+        return total
+    finally:
+        for i in range(got):
+            PyBuffer_Release(&src[i])
+        free(src)
+        PyBuffer_Release(&d)

@@ -12,6 +12,7 @@ Every step is idempotent and safe after a partial failure.
 
 from __future__ import annotations
 
+import mmap
 import multiprocessing as mp
 import os
 import pickle
@@ -21,7 +22,7 @@ import threading
 import weakref
 from collections import deque
 from multiprocessing.connection import Connection, wait
-from multiprocessing.reduction import send_handle
+from multiprocessing.reduction import recv_handle, send_handle
 from typing import Any, Protocol
 
 from . import _messages as m
@@ -206,7 +207,10 @@ class WorkerPool:
                 if not conn.poll(timeout):
                     return
                 while True:
-                    self._route(i, conn.recv())
+                    msg = conn.recv()
+                    if isinstance(msg, m.SpillFd):
+                        msg = _map_spill(msg, recv_handle(conn))
+                    self._route(i, msg)
                     if not conn.poll(0):
                         return
             except (EOFError, OSError):
@@ -565,3 +569,13 @@ class Pool:
             f"<fastload.Pool num_workers={w.num_workers} start_method={w.start_method!r} "
             f"{state}>"
         )
+
+
+def _map_spill(msg: m.SpillFd, fd: int) -> m.Spill:
+    """A SpillFd's memfd, mapped (the fd is closed at once: the mapping keeps the memory, and the
+    batch's views keep the mapping, until the last of them is freed)."""
+    try:
+        mm = mmap.mmap(fd, msg.nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    return m.Spill(msg.cid, msg.slot, msg.seq, mm)

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._pack import write_rows
 from .errors import LayoutMismatchError
 
 __all__ = ["Padded", "Packed", "RaggedSpec", "RaggedLeaf", "VarImage", "RowError", "read_image",
@@ -142,6 +143,11 @@ class RaggedLeaf:
     pad_value: Any
     pad_to_multiple: int
 
+    @property
+    def pad_bytes(self) -> bytes:
+        """``pad_value`` as one item of the leaf's dtype."""
+        return np.array(self.pad_value, self.dtype).tobytes()
+
 
 class RowError(Exception):
     """A row of the batch failed the ragged checks (the fill path names its sample index)."""
@@ -190,10 +196,18 @@ class VarImage:
         cols: list[_Column] = []
         end = 0
         for leaf in layout.ragged:
-            arrays = [_check(leaf, objects[r * k + leaf.obj], r) for r in range(count)]
+            dt, nd, j = leaf.dtype, leaf.ndim, leaf.obj
+            arrays = []
+            for r in range(count):
+                v = objects[r * k + j]
+                if not (type(v) is np.ndarray and v.dtype == dt and v.ndim == nd
+                        and v.flags.c_contiguous):
+                    # anything else: checked (or refused) the slow way, then made contiguous
+                    v = np.ascontiguousarray(_check(leaf, v, r), dtype=dt)
+                arrays.append(v)
             shapes = np.array([a.shape for a in arrays], np.int64).reshape(count, leaf.ndim)
             extent = None
-            itemsize = leaf.dtype.itemsize
+            itemsize = dt.itemsize
             if leaf.mode == "pad":
                 hi, lo = shapes.max(axis=0), shapes.min(axis=0)
                 m = leaf.pad_to_multiple
@@ -201,7 +215,7 @@ class VarImage:
                                for h, low in zip(hi, lo))
                 nbytes = count * math.prod(extent) * itemsize
             else:
-                if leaf.mode == "packed" and leaf.ndim > 1:
+                if leaf.mode == "packed" and nd > 1:
                     bad = np.nonzero((shapes[:, 1:] != shapes[0, 1:]).any(axis=1))[0]
                     if len(bad):
                         r = int(bad[0])
@@ -247,16 +261,16 @@ class VarImage:
     def write_data(self, buf: Any, start: int) -> None:
         for c in self.columns:
             leaf, base = c.leaf, start + c.offset
-            if c.extent is not None:
+            if c.extent is not None and leaf.ndim == 1:  # in C: each sample, then its padding
+                write_rows(buf, base, c.arrays, c.extent[0] * leaf.dtype.itemsize,
+                           leaf.pad_bytes)
+            elif c.extent is not None:
                 out = np.ndarray((self.count, *c.extent), leaf.dtype, buffer=buf, offset=base)
                 out.fill(leaf.pad_value)
                 for r, a in enumerate(c.arrays):
                     out[(r,) + tuple(slice(0, s) for s in a.shape)] = a
-            else:
-                o = base
-                for a in c.arrays:
-                    np.ndarray(a.shape, leaf.dtype, buffer=buf, offset=o)[...] = a
-                    o += a.size * leaf.dtype.itemsize
+            else:  # "list" and "packed": the samples' bytes one after the other, in C
+                write_rows(buf, base, c.arrays, 0, b"")
 
     def local(self) -> tuple[list[Any], dict[int, Any]]:
         """num_workers=0: the object leaves as they are (not pickled) and the ragged leaves'

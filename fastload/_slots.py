@@ -173,19 +173,21 @@ class SlotTable:
         self.ring.release(slot)
         self.free.append(slot)
 
-    def deliver(self, slot: int, count: int, var_bytes: int, spilled: bytes | None, copy: bool,
+    def deliver(self, slot: int, count: int, var_bytes: int, spilled: Any, copy: bool,
                 max_held: int) -> Any:
         """The batch in a READY slot: zero-copy views owned by a lease, or (NOTE [held
         batches]) a copy when the user holds ``max_held`` batches already or ``copy``.
         ``var_bytes``: the size of its variable image in the slot; ``spilled``: the image, if
-        it came over the pipe instead."""
+        it came over the pipe instead (bytes, or the mapping of the memfd it came in)."""
         lay, ring = self.layout, self.ring
         self.reap()
         base = self.map.base(slot)
-        image = None
-        if spilled is not None:  # an aligned, writable copy; the batch's views keep it alive
+        image: Any = None
+        if isinstance(spilled, bytes):  # an aligned, writable copy; the views keep it alive
             image = np.empty(len(spilled), np.uint8)
             image[:] = np.frombuffer(spilled, np.uint8)
+        elif spilled is not None:
+            image = spilled  # a memfd's mapping of its own: the views keep it alive
         if not copy and len(self.leased) < max_held:
             ring.begin_read(slot)
             buf: Any = _pack.SlotLease(self.region.mm, base, ring.slot_bytes, slot, self.returner)

@@ -7,6 +7,7 @@ the fill itself, shared with num_workers=0, in fastload/_fill.py.
 from __future__ import annotations
 
 import faulthandler
+import mmap
 import os
 import pickle
 import signal
@@ -15,7 +16,7 @@ import threading
 import time
 from multiprocessing import parent_process
 from multiprocessing.connection import Connection, wait
-from multiprocessing.reduction import recv_handle
+from multiprocessing.reduction import recv_handle, send_handle
 from typing import Any
 
 import numpy as np
@@ -216,22 +217,59 @@ class _Client:
             if ring.publish(slot, state, False):
                 self.worker.conn.send(m.BatchFailed(self.cid, slot, info["seq"], error))
             return
-        spill = None
+        spill: Any = None
         if image is not None:
             nbytes = slots.write_image(slot, image)
             if nbytes:
                 ring.set_result(slot, 0, nbytes)
             else:
+                try:  # before publishing: a failure here (no memory) is this batch's error
+                    spill = _overflow(image)
+                except Exception as e:
+                    if ring.publish(slot, state, False):
+                        self.worker.conn.send(m.BatchFailed(
+                            self.cid, slot, info["seq"],
+                            pack_exception(e, None, self.worker.worker_id)))
+                    return
                 from ._ring import F_SPILLED
 
                 ring.set_result(slot, F_SPILLED, 0)
-                data = np.empty(image.nbytes, np.uint8)
-                image.write_into(data, 0)
-                spill = data.tobytes()
         if not ring.publish(slot, state, True):
+            if isinstance(spill, int):
+                os.close(spill)
             return  # reclaimed meanwhile (cannot happen while we live) or cancelled
-        if spill is not None:
+        if isinstance(spill, int):  # NOTE [worker protocol]: the memfd follows its message
+            try:
+                nbytes = image.nbytes  # type: ignore[union-attr]
+                self.worker.conn.send(m.SpillFd(self.cid, slot, info["seq"], nbytes))
+                send_handle(self.worker.conn, spill, os.getppid())
+            finally:
+                os.close(spill)
+        elif spill is not None:
             self.worker.conn.send(m.Spill(self.cid, slot, info["seq"], spill))
+
+
+#: Oversized variable images travel in a memfd of their own where there is memfd_create.
+_USE_MEMFD = hasattr(os, "memfd_create")
+
+
+def _overflow(image: Any) -> int | bytes:
+    """A variable image too large for its slot: written into a memfd of its own (Linux; its fd,
+    sent to the parent), else pickled bytes for the pipe. The memfd's pages are allocated up
+    front, so that no memory is an ENOSPC error here instead of a SIGBUS while writing."""
+    if not _USE_MEMFD:
+        data = np.empty(image.nbytes, np.uint8)
+        image.write_into(data, 0)
+        return data.tobytes()
+    fd = os.memfd_create("fastload-overflow", os.MFD_CLOEXEC)
+    try:
+        os.posix_fallocate(fd, 0, image.nbytes)
+        with mmap.mmap(fd, image.nbytes) as mm:
+            image.write_into(mm, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class _Worker:

@@ -32,6 +32,8 @@ __all__ = ["BatchLayout", "Field", "ALIGN", "TAG_PREFIX"]
 ALIGN = 64
 #: Smallest variable area reserved when a sample has object leaves.
 MIN_VAR_BYTES = 64 * 1024
+#: Smallest room per row of a ragged leaf in the variable area (fastload/_ragged.py).
+MIN_RAGGED_ROW_BYTES = 16 * 1024
 #: Slots are rounded up to whole pages so that large copies start page-aligned.
 PAGE = 4096
 
@@ -136,8 +138,10 @@ class BatchLayout:
             objs: list[object] = []
             self._collect_objects(self.tree, sample, objs)
             ragged_bytes = 0
-            for leaf in self.ragged:
-                ragged_bytes += int(np.asarray(objs[leaf.obj]).nbytes) + ALIGN
+            for leaf in self.ragged:  # the first sample says little of the longest: room for
+                # 4x it, and at least MIN_RAGGED_ROW_BYTES per row
+                first = int(np.asarray(objs[leaf.obj]).nbytes)
+                ragged_bytes += max(2 * first, MIN_RAGGED_ROW_BYTES // 2) + ALIGN
                 objs[leaf.obj] = None
             try:
                 per_sample = len(pickle.dumps(objs, protocol=pickle.HIGHEST_PROTOCOL))
@@ -181,8 +185,16 @@ class BatchLayout:
             dt = np.dtype(a.dtype.newbyteorder("=") if a.dtype.byteorder == ">" else a.dtype)
             spec = self._spec
             assert spec is not None
-            self.ragged.append(RaggedLeaf(path, mode, dt, a.ndim, len(self.object_paths) - 1,
-                                          spec.pad_value, spec.pad_to_multiple))
+            leaf = RaggedLeaf(path, mode, dt, a.ndim, len(self.object_paths) - 1,
+                              spec.pad_value, spec.pad_to_multiple)
+            if mode == "pad":
+                try:
+                    leaf.pad_bytes  # noqa: B018  (can pad_value be one of its items?)
+                except (OverflowError, ValueError, TypeError) as e:
+                    raise LayoutMismatchError(
+                        f"{path}: pad_value={spec.pad_value!r} is not a value of its dtype {dt} "
+                        f"({e})") from None
+            self.ragged.append(leaf)
             return (N_OBJECT, path, len(self.object_paths) - 1)
         dt = a.dtype.newbyteorder("=") if a.dtype.byteorder not in ("=", "|") else a.dtype
         dt = np.dtype(dt)

@@ -216,3 +216,55 @@ def test_a_misspelt_or_scalar_leaf_name_is_refused_at_the_first_sample():
     with fastload.Loader(ds, 1, num_workers=0, ragged={"n": "pad"}) as loader:
         with pytest.raises(fastload.LayoutMismatchError, match=r"sample\['n'\] is a 0-d value"):
             list(loader)
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+def test_without_memfd_an_oversized_batch_comes_over_the_pipe(monkeypatch):
+    import fastload._worker as worker
+
+    monkeypatch.setattr(worker, "_USE_MEMFD", False)  # inherited by the forked workers
+    ds = Big(mib=4)
+    with fastload.Loader(ds, 2, num_workers=2, start_method="fork", ragged="packed") as loader:
+        batches = list(loader)
+        assert loader.stats()["spilled_batches"] == 1
+    big = batches[0]
+    assert big.offsets.tolist() == [0, 10, 10 + (4 << 20)]
+    assert np.array_equal(big.values[10:20], ((np.arange(10) + 1) % 128).astype(np.int8))
+    assert big.values.flags.writeable
+
+
+def test_pad_value_must_be_a_value_of_the_leaf_dtype():
+    ds = Listed([np.zeros(i + 1, np.uint8) for i in range(3)])
+    with fastload.Loader(ds, 3, num_workers=0, ragged="pad", pad_value=-1) as loader:
+        with pytest.raises(fastload.LayoutMismatchError,
+                           match=r"pad_value=-1 is not a value of its dtype uint8"):
+            list(loader)
+    with fastload.Loader(ds, 3, num_workers=0, ragged="pad", pad_value=255) as loader:
+        (batch,) = list(loader)
+    assert batch.values.tolist() == [[0, 255, 255], [0, 0, 255], [0, 0, 0]]
+
+
+def test_write_rows_checks_every_bound_before_writing():
+    from fastload._pack import write_rows
+
+    dest = np.zeros(16, np.uint8)
+    a, b = np.arange(3, dtype=np.int16), np.arange(2, dtype=np.int16)
+    assert write_rows(dest, 2, [a, b], 0, b"") == 10
+    assert dest[2:12].view(np.int16).tolist() == [0, 1, 2, 0, 1]
+    dest[:] = 0
+    assert write_rows(dest, 0, [a, b], 8, np.array(-1, np.int16).tobytes()) == 16
+    assert dest.view(np.int16).tolist() == [0, 1, 2, -1, 0, 1, -1, -1]
+    dest[:] = 7
+    with pytest.raises(ValueError, match="overflow a buffer of 16"):
+        write_rows(dest, 8, [a, b], 0, b"")
+    with pytest.raises(ValueError, match="do not fit a row of 4"):
+        write_rows(dest, 0, [a], 4, b"\0\0")
+    with pytest.raises(ValueError, match="not a multiple"):
+        write_rows(dest, 0, [b], 5, b"\0\0")
+    with pytest.raises((BufferError, ValueError)):
+        write_rows(dest, 0, [np.arange(6, dtype=np.int16)[::2]], 0, b"")  # not contiguous
+    with pytest.raises(ValueError, match="must be >= 0"):
+        write_rows(dest, -1, [a], 0, b"")
+    assert (dest == 7).all()  # nothing was written by a refused call
+    with pytest.raises((BufferError, TypeError)):
+        write_rows(b"read-only", 0, [a], 0, b"")
