@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ._ragged import RaggedSpec
+from ._ragged import SampleSpec
 
 __all__ = ["PoolConfig", "LoaderConfig", "check_worker_args", "dataset_len", "resolve_shard"]
 
@@ -108,7 +108,7 @@ class LoaderConfig:
     return_mask: bool
     batch_plan: Callable[[int], Iterable[Sequence[int]]] | None
     on_stall: tuple[float, Callable[[str], None]] | None
-    ragged: RaggedSpec | None = None
+    sample_spec: SampleSpec | None = None
 
     @property
     def depth(self) -> int:
@@ -129,11 +129,12 @@ class LoaderConfig:
         num_workers: Any, prefetch: Any, start_method: Any, worker_init: Any, timeout: Any,
         max_held: Any, copy: bool, on_worker_death: Any, shard: Any, return_mask: bool,
         batch_plan: Any, on_stall: Any, pool: Any, ragged: Any = None, pad_value: Any = 0,
+        stack: bool = True,
         pad_to_multiple: Any = None,
     ) -> LoaderConfig:
         """Validate a Loader's arguments (``pool``: a fastload.Pool or None)."""
         rank_world = resolve_shard(shard)
-        ragged_spec = RaggedSpec.build(ragged, pad_value, pad_to_multiple)
+        sample_spec = SampleSpec.build(ragged, pad_value, pad_to_multiple, stack)
         if on_worker_death not in ("raise", "restart"):
             raise ValueError(
                 f"on_worker_death must be 'raise' or 'restart', got {on_worker_death!r}"
@@ -181,7 +182,7 @@ class LoaderConfig:
             prefetch=prefetch, start_method=start_method, worker_init=worker_init,
             timeout=timeout, max_held=max_held, copy=bool(copy), on_worker_death=on_worker_death,
             shard=rank_world, return_mask=bool(return_mask), batch_plan=batch_plan,
-            on_stall=on_stall, ragged=ragged_spec,
+            on_stall=on_stall, sample_spec=sample_spec,
         )
 
 

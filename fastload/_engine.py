@@ -149,7 +149,7 @@ class Engine:
         assert self.filler is not None
         self.layout, batch = self.filler.load(
             self.layout, self.plan.batch(epoch, b), self.cfg.batch_size, self.plan.seed, epoch,
-            self.cfg.ragged,
+            self.cfg.sample_spec,
         )
         return batch
 
@@ -213,7 +213,7 @@ class Engine:
         if self.n and self.plan.nbatches_of(e):
             index = int(self.plan.batch(e, self.consumed)[0])
             self.mail.send_probe(m.Probe(self.cid, index, self.cfg.batch_size, self.plan.seed, e,
-                                         self.cfg.ragged))
+                                         self.cfg.sample_spec))
 
     def _setup_region(self) -> None:
         """Wait for worker 0's layout, then create the region and attach every worker."""

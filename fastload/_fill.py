@@ -88,14 +88,14 @@ class BatchFiller:
         self.columns: list[Any] | None = columns() if callable(columns) else None
 
     def probe(self, index: int, batch_size: int, seed: int, epoch: int,
-              ragged: Any = None) -> Any:
+              spec: Any = None) -> Any:
         """The BatchLayout of sample ``index`` (raises what the dataset raises)."""
         from .layout import BatchLayout
 
         ctx = _sample_ctx
         ctx[0], ctx[1], ctx[2] = seed, epoch, index
         try:
-            return BatchLayout(self.dataset[index], batch_size, ragged)
+            return BatchLayout(self.dataset[index], batch_size, spec)
         finally:
             ctx[2] = -1
 
@@ -139,7 +139,7 @@ class BatchFiller:
         return image, None
 
     def load(self, layout: Any, indices: Any, batch_size: int, seed: int, epoch: int,
-             ragged: Any = None) -> Any:
+             spec: Any = None) -> Any:
         """num_workers=0: (layout, batch) of the samples ``indices``, filled as a worker fills
         a slot, into a buffer of its own (the batch's arrays are views of it). ``layout`` None:
         the first sample sets it. Raises what the dataset raised, rebuilt as for a worker's."""
@@ -149,7 +149,7 @@ class BatchFiller:
         indices = np.ascontiguousarray(indices, dtype=np.int64)
         if layout is None:
             try:
-                layout = self.probe(int(indices[0]), batch_size, seed, epoch, ragged)
+                layout = self.probe(int(indices[0]), batch_size, seed, epoch, spec)
             except Exception as e:
                 raise_rebuilt(pack_exception(e, int(indices[0]), None))
         buf = np.empty(layout.slot_bytes, np.uint8)

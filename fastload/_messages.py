@@ -53,7 +53,7 @@ class Probe(NamedTuple):
     batch_size: int
     seed: int
     epoch: int
-    ragged: Any = None  # the loader's RaggedSpec (fastload/_ragged.py)
+    spec: Any = None  # the loader's SampleSpec (fastload/_ragged.py)
 
 
 class Attach(NamedTuple):

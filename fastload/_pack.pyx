@@ -484,3 +484,42 @@ def write_rows(object dest, Py_ssize_t start, list arrays, Py_ssize_t row_bytes,
             PyBuffer_Release(&src[i])
         free(src)
         PyBuffer_Release(&d)
+
+
+def write_at(object dest, Py_ssize_t start, list arrays, const int64_t[::1] offsets):
+    """Copy the bytes of each C-contiguous ``arrays[i]`` to ``dest[start + offsets[i]:]``.
+    ``offsets`` must be increasing with room for each array before the next, and every copy
+    inside ``dest``: all is checked before any byte is written; the copies run with the GIL
+    released. Returns the end of the last copy, relative to ``start``."""
+    cdef Py_buffer d
+    cdef Py_ssize_t n = len(arrays), i, end = 0
+    cdef Py_buffer *src = NULL
+    cdef Py_ssize_t got = 0
+    if start < 0:
+        raise ValueError("start must be >= 0")
+    if offsets.shape[0] != n:
+        raise ValueError(f"{offsets.shape[0]} offsets for {n} arrays")
+    PyObject_GetBuffer(dest, &d, PyBUF_WRITABLE)
+    try:
+        src = <Py_buffer *>malloc(sizeof(Py_buffer) * (n if n else 1))
+        if src == NULL:
+            raise MemoryError()
+        for i in range(n):
+            PyObject_GetBuffer(arrays[i], &src[i], PyBUF_SIMPLE)  # BufferError if not contiguous
+            got += 1
+            if offsets[i] < end:
+                raise ValueError(f"array {i} at offset {offsets[i]} overlaps the one before "
+                                 f"(which ends at {end})")
+            end = offsets[i] + src[i].len
+        if start > d.len or end > d.len - start:
+            raise ValueError(f"{end} bytes at offset {start} overflow a buffer of {d.len}")
+        with nogil:
+            for i in range(n):
+                if src[i].len:
+                    memcpy(<char *>d.buf + start + offsets[i], src[i].buf, src[i].len)
+        return end
+    finally:
+        for i in range(got):
+            PyBuffer_Release(&src[i])
+        free(src)
+        PyBuffer_Release(&d)

@@ -31,10 +31,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._pack import write_rows
+from ._pack import write_at, write_rows
 from .errors import LayoutMismatchError
 
-__all__ = ["Padded", "Packed", "RaggedSpec", "RaggedLeaf", "VarImage", "RowError", "read_image",
+__all__ = ["Padded", "Packed", "SampleSpec", "RaggedLeaf", "VarImage", "RowError", "read_image",
            "MODES", "MAX_VAR_BYTES"]
 
 MODES = ("list", "pad", "packed")
@@ -66,16 +66,18 @@ class Packed(NamedTuple):
 
 
 @dataclass(frozen=True)
-class RaggedSpec:
-    """The validated ``ragged=``, ``pad_value=`` and ``pad_to_multiple=`` of a Loader."""
+class SampleSpec:
+    """The validated ``ragged=``, ``pad_value=``, ``pad_to_multiple=`` and ``stack=`` of a
+    Loader: how the first sample becomes a BatchLayout (None: every leaf stacked)."""
 
-    modes: str | tuple[tuple[str, str], ...]  # one mode for all, or (path, mode) pairs
+    modes: str | tuple[tuple[str, str], ...] | None  # one for all, (path, mode) pairs, or none
     pad_value: Any = 0
     pad_to_multiple: int = 1
+    stack: bool = True
 
     @classmethod
-    def build(cls, ragged: Any, pad_value: Any = 0,
-              pad_to_multiple: Any = None) -> RaggedSpec | None:
+    def build(cls, ragged: Any, pad_value: Any = 0, pad_to_multiple: Any = None,
+              stack: bool = True) -> SampleSpec | None:
         if pad_to_multiple is not None and (
             isinstance(pad_to_multiple, bool) or not isinstance(pad_to_multiple, int)
             or pad_to_multiple < 1
@@ -84,6 +86,14 @@ class RaggedSpec:
                 f"pad_to_multiple must be None or an int >= 1, got {pad_to_multiple!r}")
         if not isinstance(pad_value, (int, float, complex, np.number, np.bool_)):
             raise TypeError(f"pad_value must be a number, got {type(pad_value).__name__}")
+        if not isinstance(stack, bool):
+            raise TypeError(f"stack must be True or False, got {stack!r}")
+        if not stack:
+            if ragged is not None:
+                raise ValueError(
+                    "ragged= does not apply with stack=False: each sample comes back with its "
+                    "own arrays, whatever their shapes")
+            return cls(None, pad_value, pad_to_multiple or 1, stack=False)
         if ragged is None:
             return None
         if isinstance(ragged, str):
@@ -109,6 +119,8 @@ class RaggedSpec:
 
     def mode_of(self, path: str, a: np.ndarray) -> str | None:
         """The declared mode of the leaf at ``path`` whose first-sample array is ``a``."""
+        if self.modes is None:
+            return None
         if isinstance(self.modes, str):
             return self.modes if a.ndim >= 1 else None
         for p, mode in self.modes:
@@ -122,7 +134,7 @@ class RaggedSpec:
 
     def check_used(self, found: list[str], leaves: list[str]) -> None:
         """Every named leaf must exist: a misspelt name would silently stack (or fail later)."""
-        if isinstance(self.modes, str):
+        if self.modes is None or isinstance(self.modes, str):
             return
         missing = [p for p, _ in self.modes if p not in found]
         if missing:
@@ -185,6 +197,90 @@ class _Column(NamedTuple):
     nbytes: int
 
 
+class _Ref:
+    """Where an array was in a sample of an unstacked batch (NOTE [unstacked batches])."""
+
+    __slots__ = ("i",)
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Ref, (self.i,))
+
+
+def _split(x: Any, arrays: list[np.ndarray]) -> Any:
+    """A sample's skeleton: its arrays (not of objects) moved to ``arrays``, a _Ref in their
+    place. Exact dicts, lists, tuples and namedtuples are walked; anything else is kept whole
+    (pickled with the skeleton), so that it comes back as itself."""
+    t = type(x)
+    if t is np.ndarray or t is np.memmap:
+        if x.dtype.hasobject:
+            return x
+        arrays.append(x if x.flags.c_contiguous else np.ascontiguousarray(x))
+        return _Ref(len(arrays) - 1)
+    if t is dict:
+        return {k: _split(v, arrays) for k, v in x.items()}
+    if t is list:
+        return [_split(v, arrays) for v in x]
+    if t is tuple:
+        return tuple([_split(v, arrays) for v in x])
+    if isinstance(x, tuple) and hasattr(t, "_fields"):
+        return t(*[_split(v, arrays) for v in x])
+    return x
+
+
+def _join(x: Any, views: list[np.ndarray]) -> Any:
+    """_split's inverse: the skeleton with each _Ref replaced by its array's view."""
+    t = type(x)
+    if t is _Ref:
+        return views[x.i]
+    if t is dict:
+        return {k: _join(v, views) for k, v in x.items()}
+    if t is list:
+        return [_join(v, views) for v in x]
+    if t is tuple:
+        return tuple([_join(v, views) for v in x])
+    if isinstance(x, tuple) and hasattr(t, "_fields"):
+        return t(*[_join(v, views) for v in x])
+    return x
+
+
+#: Each array of an unstacked batch starts at a multiple of this (any dtype's alignment).
+_ARRAY_ALIGN = 16
+
+
+class _Unstacked:
+    """NOTE [unstacked batches]: with ``stack=False`` the layout's one object leaf is the whole
+    sample. Its arrays go into the data area one after the other (each aligned), the samples'
+    skeletons and each array's (offset, dtype, shape) into the head."""
+
+    def __init__(self, samples: list[Any]) -> None:
+        arrays: list[np.ndarray] = []
+        self.skeletons = [_split(s, arrays) for s in samples]
+        self.arrays = arrays
+        offsets = np.empty(len(arrays), np.int64)
+        end = 0
+        for i, a in enumerate(arrays):
+            end = -(-end // _ARRAY_ALIGN) * _ARRAY_ALIGN
+            offsets[i] = end
+            end += a.nbytes
+        self.offsets = offsets
+        self.meta = [(a.dtype if a.dtype.fields is not None else a.dtype.str, a.shape)
+                     for a in arrays]
+        self.nbytes = end
+
+    def views(self, buf: Any, data: int) -> list[Any]:
+        return _views(self.skeletons, self.offsets, self.meta, buf, data)
+
+
+def _views(skeletons: list[Any], offsets: Any, meta: list[Any], buf: Any,
+           data: int) -> list[Any]:
+    views = [np.ndarray(shape, dt, buffer=buf, offset=data + int(off))
+             for off, (dt, shape) in zip(offsets.tolist(), meta)]
+    return [_join(s, views) for s in skeletons]
+
+
 class VarImage:
     """A batch's variable image (NOTE [ragged leaves]), built from the fill path's flat list of
     object leaves (row-major, ``n_objects`` per row; ragged leaves hold their arrays)."""
@@ -193,6 +289,12 @@ class VarImage:
         k = layout.n_objects
         self.count = count
         self.objects = objects
+        self._head: bytes | None = None
+        self.unstacked = None if layout.stack else _Unstacked(objects)
+        if self.unstacked is not None:
+            self.columns: list[_Column] = []
+            self.data_bytes = self.unstacked.nbytes
+            return
         cols: list[_Column] = []
         end = 0
         for leaf in layout.ragged:
@@ -230,10 +332,13 @@ class VarImage:
             cols.append(_Column(leaf, arrays, shapes, extent, offset, nbytes))
         self.columns = cols
         self.data_bytes = end
-        self._head: bytes | None = None
 
     # -- a worker's image (pickled head + data) ----------------------------------------------
     def head(self) -> bytes:
+        u = self.unstacked
+        if self._head is None and u is not None:
+            self._head = pickle.dumps((u.skeletons, (u.offsets, u.meta)),
+                                      protocol=pickle.HIGHEST_PROTOCOL)
         if self._head is None:
             plain = list(self.objects)
             meta = []
@@ -259,6 +364,8 @@ class VarImage:
 
     # -- the data, shared by workers and num_workers=0 ---------------------------------------
     def write_data(self, buf: Any, start: int) -> None:
+        if self.unstacked is not None:
+            write_at(buf, start, self.unstacked.arrays, self.unstacked.offsets)
         for c in self.columns:
             leaf, base = c.leaf, start + c.offset
             if c.extent is not None and leaf.ndim == 1:  # in C: each sample, then its padding
@@ -277,6 +384,8 @@ class VarImage:
         values, in a buffer of their own."""
         buf = np.empty(max(self.data_bytes, 1), np.uint8)
         self.write_data(buf, 0)
+        if self.unstacked is not None:  # the arrays copied, as a worker's would be
+            return self.unstacked.views(buf, 0), {}
         meta = [(c.offset, c.shapes, c.extent) for c in self.columns]
         return self.objects, _values([c.leaf for c in self.columns], meta, buf, 0, self.count)
 
@@ -287,7 +396,11 @@ def read_image(layout: Any, buf: Any, start: int, count: int) -> tuple[list[Any]
     mv = memoryview(buf).cast("B")
     n = int.from_bytes(mv[start:start + _HEAD], "little")
     objects, meta = pickle.loads(mv[start + _HEAD:start + _HEAD + n])
-    return objects, _values(layout.ragged, meta, buf, start + _align(_HEAD + n), count)
+    data = start + _align(_HEAD + n)
+    if not layout.stack:
+        offsets, arrays = meta
+        return _views(objects, offsets, arrays, buf, data), {}
+    return objects, _values(layout.ragged, meta, buf, data, count)
 
 
 def image_bytes(buf: Any, start: int) -> int:

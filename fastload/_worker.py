@@ -197,7 +197,7 @@ class _Client:
         # worker may die on another loader's batch before it reads the probe).
         conn.send(m.ProbeStarted(self.cid))
         try:
-            layout = self.filler.probe(msg.sample, msg.batch_size, msg.seed, msg.epoch, msg.ragged)
+            layout = self.filler.probe(msg.sample, msg.batch_size, msg.seed, msg.epoch, msg.spec)
         except BaseException as e:
             conn.send(m.ProbeFailed(self.cid, pack_exception(e, msg.sample, self.worker.worker_id)))
         else:

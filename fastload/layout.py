@@ -23,7 +23,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ._ragged import MAX_VAR_BYTES, RaggedLeaf, RaggedSpec
+from ._ragged import MAX_VAR_BYTES, RaggedLeaf, SampleSpec, _split
 from .errors import LayoutMismatchError
 
 __all__ = ["BatchLayout", "Field", "ALIGN", "TAG_PREFIX"]
@@ -115,19 +115,24 @@ class BatchLayout:
     [('sample[0]', 'float32', (2, 3)), ('sample[1]', 'int64', ())]
     """
 
-    def __init__(self, sample: object, batch_size: int, ragged: RaggedSpec | None = None) -> None:
+    def __init__(self, sample: object, batch_size: int, spec: SampleSpec | None = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
         self.fields: list[Field] = []  # array leaves, in tree order
         self.object_paths: list[str] = []  # object leaves (and ragged leaves), in tree order
         self.ragged: list[RaggedLeaf] = []  # NOTE [ragged leaves] (fastload/_ragged.py)
-        self._spec = ragged
+        self._spec = spec
         self._array_paths: list[str] = []
         self._offset = _align(8 * (batch_size + 1))  # after the task header + index area
-        self.tree = self._build(sample, "sample", depth=0)
-        if ragged is not None:
-            ragged.check_used([r.path for r in self.ragged], self._array_paths)
+        self.stack = spec is None or spec.stack
+        if self.stack:
+            self.tree = self._build(sample, "sample", depth=0)
+        else:  # NOTE [unstacked batches] (fastload/_ragged.py): the sample is the one leaf
+            self.object_paths.append("sample")
+            self.tree = (N_OBJECT, "sample", 0)
+        if spec is not None:
+            spec.check_used([r.path for r in self.ragged], self._array_paths)
         self.index_offset = 0
         self.seed_offset = 8 * batch_size  # int64: the loader's seed when the batch was queued
         self.var_offset = self._offset
@@ -138,6 +143,11 @@ class BatchLayout:
             objs: list[object] = []
             self._collect_objects(self.tree, sample, objs)
             ragged_bytes = 0
+            if not self.stack:  # its arrays travel as ragged values do
+                arrays: list[Any] = []
+                objs = [_split(sample, arrays)]
+                ragged_bytes = sum(max(2 * a.nbytes, 1024) + 16 for a in arrays)
+                ragged_bytes = max(ragged_bytes, MIN_RAGGED_ROW_BYTES // 2)
             for leaf in self.ragged:  # the first sample says little of the longest: room for
                 # 4x it, and at least MIN_RAGGED_ROW_BYTES per row
                 first = int(np.asarray(objs[leaf.obj]).nbytes)

@@ -132,6 +132,11 @@ class Loader:
     pad_to_multiple : int, optional
         ``"pad"`` rounds each varying extent up to a multiple of this (fewer distinct shapes
         for compiled models).
+    stack : bool
+        ``False``: each batch is the list of its samples, each with its own structure (keys,
+        nesting, leaf types and shapes may differ from sample to sample; NOTE [unstacked
+        batches] in fastload/_ragged.py). Their arrays still travel through the slot without
+        pickling and come back as views; other leaves come back as themselves (pickled).
 
     Examples
     --------
@@ -166,6 +171,7 @@ class Loader:
         ragged: str | Mapping[str, str] | None = None,
         pad_value: float = 0,
         pad_to_multiple: int | None = None,
+        stack: bool = True,
     ) -> None:
         self._engine: Engine | None = None
         n = dataset_len(dataset)
@@ -175,7 +181,7 @@ class Loader:
             worker_init=worker_init, timeout=timeout, max_held=max_held, copy=copy,
             on_worker_death=on_worker_death, shard=shard, return_mask=return_mask,
             batch_plan=batch_plan, on_stall=on_stall, pool=pool, ragged=ragged,
-            pad_value=pad_value, pad_to_multiple=pad_to_multiple,
+            pad_value=pad_value, pad_to_multiple=pad_to_multiple, stack=stack,
         )
         self.batch_size = cfg.batch_size
         self.num_workers = cfg.num_workers
