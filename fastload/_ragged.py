@@ -23,6 +23,7 @@ A batch whose image does not fit the variable area (sized from the first sample,
 
 from __future__ import annotations
 
+import io
 import math
 import pickle
 from collections.abc import Mapping
@@ -197,53 +198,35 @@ class _Column(NamedTuple):
     nbytes: int
 
 
-class _Ref:
-    """Where an array was in a sample of an unstacked batch (NOTE [unstacked batches])."""
+class _ArrayPickler(pickle.Pickler):
+    """Pickles a batch's samples with every array (not of objects) left out, wherever it is
+    (in dicts, lists, dict subclasses, user objects): the array goes to ``arrays`` and the
+    pickle keeps its number (a persistent id)."""
 
-    __slots__ = ("i",)
+    def __init__(self, file: Any, arrays: list[np.ndarray]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.arrays = arrays
+        self.seen: dict[int, int] = {}
 
-    def __init__(self, i: int) -> None:
-        self.i = i
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_Ref, (self.i,))
-
-
-def _split(x: Any, arrays: list[np.ndarray]) -> Any:
-    """A sample's skeleton: its arrays (not of objects) moved to ``arrays``, a _Ref in their
-    place. Exact dicts, lists, tuples and namedtuples are walked; anything else is kept whole
-    (pickled with the skeleton), so that it comes back as itself."""
-    t = type(x)
-    if t is np.ndarray or t is np.memmap:
-        if x.dtype.hasobject:
-            return x
-        arrays.append(x if x.flags.c_contiguous else np.ascontiguousarray(x))
-        return _Ref(len(arrays) - 1)
-    if t is dict:
-        return {k: _split(v, arrays) for k, v in x.items()}
-    if t is list:
-        return [_split(v, arrays) for v in x]
-    if t is tuple:
-        return tuple([_split(v, arrays) for v in x])
-    if isinstance(x, tuple) and hasattr(t, "_fields"):
-        return t(*[_split(v, arrays) for v in x])
-    return x
+    def persistent_id(self, obj: Any) -> int | None:
+        t = type(obj)
+        if (t is np.ndarray or t is np.memmap) and not obj.dtype.hasobject:
+            k = self.seen.get(id(obj))
+            if k is None:  # the same array twice in a batch: one copy, two references
+                k = self.seen[id(obj)] = len(self.arrays)
+                self.arrays.append(obj if obj.flags.c_contiguous else np.ascontiguousarray(obj))
+            return k
+        return None
 
 
-def _join(x: Any, views: list[np.ndarray]) -> Any:
-    """_split's inverse: the skeleton with each _Ref replaced by its array's view."""
-    t = type(x)
-    if t is _Ref:
-        return views[x.i]
-    if t is dict:
-        return {k: _join(v, views) for k, v in x.items()}
-    if t is list:
-        return [_join(v, views) for v in x]
-    if t is tuple:
-        return tuple([_join(v, views) for v in x])
-    if isinstance(x, tuple) and hasattr(t, "_fields"):
-        return t(*[_join(v, views) for v in x])
-    return x
+class _ArrayUnpickler(pickle.Unpickler):
+    def __init__(self, file: Any, views: list[np.ndarray]) -> None:
+        super().__init__(file)
+        self.views = views
+
+    def persistent_load(self, pid: Any) -> np.ndarray:
+        view: np.ndarray = self.views[pid]
+        return view
 
 
 #: Each array of an unstacked batch starts at a multiple of this (any dtype's alignment).
@@ -252,12 +235,15 @@ _ARRAY_ALIGN = 16
 
 class _Unstacked:
     """NOTE [unstacked batches]: with ``stack=False`` the layout's one object leaf is the whole
-    sample. Its arrays go into the data area one after the other (each aligned), the samples'
-    skeletons and each array's (offset, dtype, shape) into the head."""
+    sample. The samples are pickled without their arrays (_ArrayPickler); the arrays go into the
+    data area one after the other (each aligned), and the head holds the pickle and each array's
+    (offset, dtype, shape). The consumer unpickles with each array replaced by a view."""
 
     def __init__(self, samples: list[Any]) -> None:
         arrays: list[np.ndarray] = []
-        self.skeletons = [_split(s, arrays) for s in samples]
+        f = io.BytesIO()
+        _ArrayPickler(f, arrays).dump(samples)
+        self.pickled = f.getvalue()
         self.arrays = arrays
         offsets = np.empty(len(arrays), np.int64)
         end = 0
@@ -270,15 +256,16 @@ class _Unstacked:
                      for a in arrays]
         self.nbytes = end
 
-    def views(self, buf: Any, data: int) -> list[Any]:
-        return _views(self.skeletons, self.offsets, self.meta, buf, data)
+    def head(self) -> tuple[Any, ...]:
+        return (self.pickled, self.offsets, self.meta)
 
 
-def _views(skeletons: list[Any], offsets: Any, meta: list[Any], buf: Any,
-           data: int) -> list[Any]:
+def _samples_of(head: tuple[Any, ...], buf: Any, data: int) -> list[Any]:
+    pickled, offsets, meta = head
     views = [np.ndarray(shape, dt, buffer=buf, offset=data + int(off))
              for off, (dt, shape) in zip(offsets.tolist(), meta)]
-    return [_join(s, views) for s in skeletons]
+    samples: list[Any] = _ArrayUnpickler(io.BytesIO(pickled), views).load()
+    return samples
 
 
 class VarImage:
@@ -337,8 +324,7 @@ class VarImage:
     def head(self) -> bytes:
         u = self.unstacked
         if self._head is None and u is not None:
-            self._head = pickle.dumps((u.skeletons, (u.offsets, u.meta)),
-                                      protocol=pickle.HIGHEST_PROTOCOL)
+            self._head = pickle.dumps((None, u.head()), protocol=pickle.HIGHEST_PROTOCOL)
         if self._head is None:
             plain = list(self.objects)
             meta = []
@@ -384,8 +370,8 @@ class VarImage:
         values, in a buffer of their own."""
         buf = np.empty(max(self.data_bytes, 1), np.uint8)
         self.write_data(buf, 0)
-        if self.unstacked is not None:  # the arrays copied, as a worker's would be
-            return self.unstacked.views(buf, 0), {}
+        if self.unstacked is not None:  # copied (pickled, arrays copied) as a worker's are
+            return _samples_of(self.unstacked.head(), buf, 0), {}
         meta = [(c.offset, c.shapes, c.extent) for c in self.columns]
         return self.objects, _values([c.leaf for c in self.columns], meta, buf, 0, self.count)
 
@@ -398,8 +384,7 @@ def read_image(layout: Any, buf: Any, start: int, count: int) -> tuple[list[Any]
     objects, meta = pickle.loads(mv[start + _HEAD:start + _HEAD + n])
     data = start + _align(_HEAD + n)
     if not layout.stack:
-        offsets, arrays = meta
-        return _views(objects, offsets, arrays, buf, data), {}
+        return _samples_of(meta, buf, data), {}
     return objects, _values(layout.ragged, meta, buf, data, count)
 
 

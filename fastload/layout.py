@@ -23,7 +23,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ._ragged import MAX_VAR_BYTES, RaggedLeaf, SampleSpec, _split
+from ._ragged import MAX_VAR_BYTES, RaggedLeaf, SampleSpec, _Unstacked
 from .errors import LayoutMismatchError
 
 __all__ = ["BatchLayout", "Field", "ALIGN", "TAG_PREFIX"]
@@ -144,10 +144,14 @@ class BatchLayout:
             self._collect_objects(self.tree, sample, objs)
             ragged_bytes = 0
             if not self.stack:  # its arrays travel as ragged values do
-                arrays: list[Any] = []
-                objs = [_split(sample, arrays)]
-                ragged_bytes = sum(max(2 * a.nbytes, 1024) + 16 for a in arrays)
-                ragged_bytes = max(ragged_bytes, MIN_RAGGED_ROW_BYTES // 2)
+                try:
+                    unstacked = _Unstacked([sample])
+                except Exception:  # its batch will say what cannot be pickled
+                    unstacked = None
+                if unstacked is not None:
+                    ragged_bytes = sum(max(2 * a.nbytes, 1024) + 16 for a in unstacked.arrays)
+                    ragged_bytes = max(ragged_bytes, MIN_RAGGED_ROW_BYTES // 2)
+                    objs = [unstacked.pickled]
             for leaf in self.ragged:  # the first sample says little of the longest: room for
                 # 4x it, and at least MIN_RAGGED_ROW_BYTES per row
                 first = int(np.asarray(objs[leaf.obj]).nbytes)

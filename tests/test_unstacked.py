@@ -133,3 +133,23 @@ def test_getitems_and_resume_with_stack_false():
     for b in rest:
         for s in b:
             assert s["x"].tolist() == list(range(s["i"]))
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+def test_arrays_anywhere_in_a_sample_travel_in_the_slot():
+    from helpers.ragged import Boxed
+
+    shared = np.arange(5.0)
+    samples = [collections.defaultdict(list, {"a": np.full(3, i)}) for i in range(2)]
+    samples += [Boxed(np.arange(4) * 3), [shared, shared]]
+    with fastload.Loader(Listed(samples), 4, num_workers=2, stack=False) as loader:
+        (batch,) = list(loader)
+        view = np.frombuffer(loader._engine.slots.region.mm, np.uint8)
+        lo, hi = view.ctypes.data, view.ctypes.data + view.nbytes
+        del view
+        assert type(batch[0]) is collections.defaultdict and batch[0].default_factory is list
+        assert batch[0]["a"].tolist() == [0, 0, 0] and batch[2] == samples[2]
+        assert lo <= batch[0]["a"].ctypes.data < hi and lo <= batch[2].a.ctypes.data < hi
+        assert batch[3][0] is batch[3][1]  # one array twice: one copy, two references
+        assert batch[3][0].tolist() == shared.tolist()
+        del batch
