@@ -49,6 +49,7 @@ from helpers.chainer import (  # noqa: E402
     RollSampler,
     Slow,
     Tuples,
+    Varying,
 )
 
 needs_chainer = pytest.mark.skipif(
@@ -60,7 +61,8 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:setDaemon\\(\\) is deprecated:DeprecationWarning"),
 ]
 
-DATASETS = {"tuples": Tuples, "dicts": Dicts, "arrays": Arrays, "ints": Ints, "mixed": Mixed}
+DATASETS = {"tuples": Tuples, "dicts": Dicts, "arrays": Arrays, "ints": Ints, "mixed": Mixed,
+            "varying": Varying}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -184,6 +186,8 @@ CASES = [
     ("ints", 5, 2, "shuffle", False),
     ("mixed", 6, 4, "seq", True),
     ("mixed", 7, 3, "sampler", False),
+    ("varying", 13, 4, "seq", True),
+    ("varying", 9, 3, "shuffle", False),
 ]
 
 

@@ -10,11 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from fastload.compat._leaves import encode
-
 
 class _ChainerDataset:
-    """Picklable wrapper run in the workers: Chainer's index type, leaves tagged."""
+    """Picklable wrapper run in the workers: Chainer's index type."""
 
     def __init__(self, dataset: Any) -> None:
         self.dataset = dataset
@@ -24,8 +22,6 @@ class _ChainerDataset:
 
     def __getitem__(self, index: int) -> Any:
         # Chainer indexes with the elements of its index arrays (numpy.intp), not Python ints.
-        # Only exact builtin containers are walked: a dict subclass comes back as itself, as
-        # Chainer's pickled samples do.
-        return encode(self.dataset[np.intp(index)], exact=True)
+        return self.dataset[np.intp(index)]
 
 

@@ -1,4 +1,4 @@
-"""Leaf tags: how the front ends bring back the leaf types a dataset returned.
+"""Leaf tags: how compat.torch brings back the leaf types a dataset returned.
 
 fastload's batches hold arrays, dicts, lists, tuples and namedtuples (fastload/layout.py). A
 leaf whose type stacking would lose (a torch tensor, a Python number, a 0-d array, an object
@@ -9,7 +9,7 @@ process unwraps every tag column by column (:func:`columns`) or, for torch's def
 in place.
 
 NumPy only: workers import this module to unpickle :class:`Opaque`, under spawn too, without
-importing torch or Chainer.
+importing torch. (compat.chainer needs no tags: its batches are unstacked, ``stack=False``.)
 """
 
 from __future__ import annotations
@@ -44,14 +44,14 @@ class Opaque:
         return (Opaque, (self.value,))
 
 
-def encode(x: Any, exact: bool, tensor_type: type | None = None) -> Any:
+def encode(x: Any, tensor_type: type | None = None) -> Any:
     """Worker side: ``x`` with the leaves whose type stacking would lose tagged.
 
     Arrays and NumPy scalars are stacked as they are; Python numbers, 0-d arrays and tensors
     (instances of ``tensor_type``, sent as their NumPy array) are tagged; object arrays and
-    anything that is not a container are opaque. ``exact``: walk only exact tuples, lists and
-    dicts (and namedtuples), so that a subclass comes back as itself (Chainer); else walk any
-    tuple, list and dict, which come back as the builtin type (torch's collation).
+    anything that is not a container are opaque. Any tuple, list and dict is walked and comes
+    back as the builtin type, as torch's collation gives; namedtuples keep their type.
+    (compat.chainer needs none of this: its batches are unstacked, ``Loader(stack=False)``.)
     """
     if tensor_type is not None and isinstance(x, tensor_type):
         return {T_TENSOR: x.detach().cpu().numpy()}  # type: ignore[attr-defined]
@@ -65,13 +65,13 @@ def encode(x: Any, exact: bool, tensor_type: type | None = None) -> Any:
     if t in _PY_NUMBERS:  # exactly: an IntEnum is opaque, and comes back as itself
         return {T_PY: x}
     if isinstance(x, tuple) and hasattr(t, "_fields"):  # a namedtuple: fastload keeps its type
-        return t(*[encode(v, exact, tensor_type) for v in x])
-    if t is tuple or (not exact and isinstance(x, tuple)):
-        return tuple([encode(v, exact, tensor_type) for v in x])
-    if t is list or (not exact and isinstance(x, list)):
-        return [encode(v, exact, tensor_type) for v in x]
-    if t is dict or (not exact and isinstance(x, dict)):
-        return {k: encode(v, exact, tensor_type) for k, v in x.items()}
+        return t(*[encode(v, tensor_type) for v in x])
+    if isinstance(x, tuple):
+        return tuple([encode(v, tensor_type) for v in x])
+    if isinstance(x, list):
+        return [encode(v, tensor_type) for v in x]
+    if isinstance(x, dict):
+        return {k: encode(v, tensor_type) for k, v in x.items()}
     return {T_OBJ: Opaque(x)}
 
 

@@ -30,17 +30,16 @@ the attributes and ``serialize()`` describe the batches you have received, not t
 
 What differs from Chainer's iterator:
 
-* Samples come from fastload's shared-memory slots: each array of a sample is a zero-copy view
-  of its row in the batch (Chainer returns fresh copies). Views stay valid and unchanged while
+* Samples come from fastload's shared-memory slots (``Loader(stack=False)``, NOTE [unstacked
+  batches] in fastload/_ragged.py): every array of a sample (not of objects), wherever it is in
+  the sample, is a zero-copy view into the slot (Chainer returns fresh copies); everything else
+  comes back as itself, pickled, as Chainer's pool does. Views stay valid and unchanged while
   referenced; holding more than ``max_held`` batches (3) makes later batches copies (NOTE [held
-  batches] in fastload/_slots.py). Python ``int``/``float``/``bool``/``complex`` leaves come back
-  as those Python types, NumPy scalars as NumPy scalars, 0-d arrays as 0-d arrays; other objects
-  (strings, ``None``, subclasses of dict/list/tuple other than namedtuples, object arrays) are
-  pickled whole, as Chainer's pool does. A Python int leaf is stacked as int64 if the first
-  sample's fits (a later one that does not raises ``LayoutMismatchError``).
-* Every sample must have the structure, dtypes and shapes of the first one (fastload packs into
-  fixed slots): variable-length samples raise ``fastload.LayoutMismatchError``. ``shared_mem``
-  is accepted and ignored (the slot size comes from the first sample).
+  batches] in fastload/_slots.py).
+* Samples may differ in structure, keys, dtypes and shapes, as with Chainer's iterator, and use
+  shared memory all the same (no "shared memory is not used" warning). ``shared_mem`` is
+  accepted and ignored: a batch larger than its slot (sized from the first sample) is sent in
+  a memory file of its own.
 * ``maxtasksperchild`` is accepted (validated as ``multiprocessing.Pool`` does) and has no
   effect: fastload's workers are persistent and are replaced only when they die. A value other
   than None issues a ``UserWarning`` saying so, since it usually means a dataset leaks memory.
@@ -87,7 +86,6 @@ except (ImportError, AttributeError) as _e:  # pragma: no cover - exercised in a
 
 from fastload._pool import Pool
 from fastload.compat._chainer_worker import _ChainerDataset
-from fastload.compat._leaves import columns
 from fastload.errors import LoaderClosedError
 from fastload.loader import Loader
 
@@ -113,10 +111,6 @@ _TIMEOUT_MESSAGE = (
     "https://docs.chainer.org/en/stable/reference/generated/"
     "chainer.iterators.MultiprocessIterator.html"
 )
-
-def _samples(batch: Any, count: int) -> list[Any]:
-    return list(columns(batch, count))
-
 
 _INIT_ATTRIBUTES = frozenset({
     "dataset", "batch_size", "repeat", "shuffle", "n_processes", "n_prefetch", "shared_mem",
@@ -299,7 +293,7 @@ class MultiprocessIterator(_ChainerIterator):  # type: ignore[misc]
             except BaseException:
                 self._drop_plan()  # the Loader ended this block: plan again from _state
                 raise
-            samples = _samples(batch, count)
+            samples: list[Any] = batch  # stack=False: the samples, as the dataset returned them
             del batch
         else:
             samples = []  # an empty dataset with repeat=False: Chainer's one empty batch
@@ -359,6 +353,7 @@ class MultiprocessIterator(_ChainerIterator):  # type: ignore[misc]
             copy=self._copy,
             batch_plan=self._plans.pop,  # no reference back to self
             on_stall=stall,
+            stack=False,  # any sample Chainer takes: structures, keys, shapes may vary
         )
 
     # -- lifecycle ---------------------------------------------------------------------------

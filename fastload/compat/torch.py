@@ -71,7 +71,7 @@ class DataLoaderTimeoutError(LoaderTimeoutError, RuntimeError):
 def _to_numpy(x: Any) -> Any:
     """Worker side: leaves tagged (tensors as their NumPy arrays) by fastload/compat/_leaves.py;
     any tuple, list and dict is walked, as torch's collation walks any sequence and mapping."""
-    return encode(x, exact=False, tensor_type=torch.Tensor)
+    return encode(x, tensor_type=torch.Tensor)
 
 
 def _collate(x: Any, in_sequence: bool = False) -> Any:

@@ -98,6 +98,28 @@ class Mixed:
         )
 
 
+class Varying:
+    """What Chainer's iterators take and a stacking loader cannot: keys that change with the
+    index (``{i: array}``), arrays of varying length and dtype, samples of different types."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        i = int(i)
+        kind = i % 4
+        if kind == 0:
+            return {i: np.zeros(10) + i}
+        if kind == 1:
+            return (np.arange(i, dtype=np.int32), np.ones((i % 3, 2), np.float32))
+        if kind == 2:
+            return [f"s{i}", np.full((2, 2), i, np.uint8), {"deep": {"x": np.array(i)}}]
+        return np.arange(i * 2, dtype=np.float64) / 3
+
+
 class IndexType:
     """Returns the type name of the index it was given (Chainer passes NumPy integers)."""
 
