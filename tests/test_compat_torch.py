@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader as TorchDataLoader  # noqa: E402
 from helpers.compat import (  # noqa: E402
     ArrayDS,
     EveryLeafDS,
+    RaggedDS,
     FailingDS,
     MixedDS,
     ObjArrayDS,
@@ -38,6 +39,8 @@ def same(a, b) -> None:
     if isinstance(a, torch.Tensor):
         assert a.dtype == b.dtype and a.shape == b.shape, (a, b)
         assert torch.equal(a, b), (a, b)
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), (a, b)
     elif isinstance(a, dict):
         assert list(a) == list(b)
         for k in a:
@@ -229,13 +232,53 @@ def test_every_leaf_type_as_torch_returns_it(num_workers):
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_an_error_names_the_leaf_as_the_dataset_returned_it(num_workers):
+def test_a_varying_shape_raises_what_torchs_default_collate_raises(num_workers):
+    with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+        list(TorchDataLoader(EveryLeafDS(ragged_at=5), batch_size=4))
     with DataLoader(EveryLeafDS(ragged_at=5), batch_size=4, num_workers=num_workers) as dl:
-        with pytest.raises(fastload.LayoutMismatchError) as info:
+        with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size") as info:
             list(dl)
+    assert isinstance(info.value, fastload.LayoutMismatchError)
     msg = str(info.value)
-    assert msg.startswith("sample['t']: expected shape (3,) (as in the first sample), got (4,)")
-    assert "sample index 5" in msg and "\\x00" not in msg and "\x00" not in msg
+    assert "sample['t']: expected shape (3,) (as in the first sample), got (4,)" in msg
+    assert "(sample index 5)" in msg and "pad_sequence" in msg and "\x00" not in msg
+
+
+def pad_tokens(samples):
+    from torch.nn.utils.rnn import pad_sequence
+
+    return (pad_sequence([s["tokens"] for s in samples], batch_first=True),
+            torch.tensor([len(s["tokens"]) for s in samples]), [s["name"] for s in samples])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_custom_collate_gets_samples_of_any_shape_and_structure(num_workers):
+    ds = RaggedDS()
+    for collate in (pad_tokens, lambda s: s):
+        ref = list(TorchDataLoader(ds, batch_size=3, collate_fn=collate))
+        with DataLoader(ds, batch_size=3, num_workers=num_workers, collate_fn=collate) as dl:
+            got = list(dl)
+        same(got, ref)
+    ref = list(TorchDataLoader(ds, batch_size=None))
+    with DataLoader(ds, batch_size=None, num_workers=num_workers) as dl:
+        same(list(dl), ref)
+
+
+@pytest.mark.timeout(60)
+def test_custom_collate_tensors_are_views_of_the_slot():
+    dl = DataLoader(RaggedDS(), batch_size=3, num_workers=2, collate_fn=lambda s: s)
+    batch = next(iter(dl))
+    view = np.frombuffer(dl._loader._engine.slots.region.mm, np.uint8)
+    lo, hi = view.ctypes.data, view.ctypes.data + view.nbytes
+    del view
+    tensors = [s["tokens"] for s in batch if s["tokens"].numel()]
+    assert tensors and all(lo <= t.data_ptr() < hi for t in tensors)
+    del batch, tensors
+    dl.collate_fn = None  # a different kind of collation next epoch: a new engine, stacked
+    with pytest.raises(fastload.LayoutMismatchError, match="dict keys differ"):
+        list(dl)
+    dl.close()
 
 
 def test_batch_size_none():

@@ -21,11 +21,13 @@ become lists; strings become lists of str). What differs:
 * Which worker loads which batch is decided at run time (not round-robin), so randomness drawn
   from the workers' global RNGs inside ``__getitem__`` is not reproducible run to run; use
   ``fastload.sample_rng()`` for per-sample reproducible augmentation.
-* A custom ``collate_fn`` runs in the main process: the engine packs samples into the slot, the
-  batch is split back into per-sample views (tensors for tensor leaves, NumPy views for array
-  leaves, Python objects otherwise) and ``collate_fn(list_of_samples)`` is called. Its cost is
-  one Python call per leaf per sample plus whatever ``collate_fn`` does, in the main process.
-  Samples must still have a fixed structure and shapes (fastload packs into fixed slots).
+* A custom ``collate_fn`` runs in the main process on the samples as the dataset returned them,
+  of any structure and shapes (``fastload.Loader(stack=False)``: each tensor's and array's data
+  travels through the shared slot, not pickled, and comes back as a zero-copy view: a tensor
+  for a tensor, an array for an array; other leaves as themselves). With torch's default
+  collate, samples are stacked by fastload in the workers; a leaf whose shape varies raises
+  what torch's default collate raises, a RuntimeError that says so (``stack expects each
+  tensor to be equal size``), which is also a ``fastload.LayoutMismatchError``.
 * The index sampler (``batch_sampler``) is iterated at ``iter()`` rather than lazily at the
   first ``next()``; its draws from the generator come in the same order as torch's.
 
@@ -56,11 +58,11 @@ except ImportError as _e:  # pragma: no cover - exercised only without torch
     ) from _e
 
 import fastload
-from fastload.compat._leaves import T_OBJ, columns, encode, tag_of
-from fastload.errors import LoaderTimeoutError
+from fastload.compat._leaves import T_OBJ, encode, tag_of
+from fastload.errors import LayoutMismatchError, LoaderTimeoutError
 from fastload.loader import Loader
 
-__all__ = ["DataLoader", "DataLoaderTimeoutError"]
+__all__ = ["DataLoader", "DataLoaderTimeoutError", "DataLoaderCollateError"]
 
 
 class DataLoaderTimeoutError(LoaderTimeoutError, RuntimeError):
@@ -68,10 +70,52 @@ class DataLoaderTimeoutError(LoaderTimeoutError, RuntimeError):
     :class:`fastload.LoaderTimeoutError`."""
 
 
+class DataLoaderCollateError(LayoutMismatchError, RuntimeError):
+    """Torch's default collate cannot stack a leaf whose shape varies: a RuntimeError, as
+    torch's ``torch.stack`` raises, and a :class:`fastload.LayoutMismatchError`."""
+
+
 def _to_numpy(x: Any) -> Any:
-    """Worker side: leaves tagged (tensors as their NumPy arrays) by fastload/compat/_leaves.py;
-    any tuple, list and dict is walked, as torch's collation walks any sequence and mapping."""
+    """Worker side, torch's default collate: tensors -> NumPy arrays, leaves fastload does not
+    stack made opaque (fastload/compat/_leaves.py); any tuple, list and dict is walked, as
+    torch's collation walks any sequence and mapping."""
     return encode(x, tensor_type=torch.Tensor)
+
+
+class _Tensor:
+    """A tensor leaf of an unstacked sample: its array travels through the slot (fastload's
+    pickler finds it: NOTE [unstacked batches] in fastload/_ragged.py) and unpickles, in the
+    main process, as ``torch.from_numpy`` of its view: a tensor again, zero-copy."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (torch.from_numpy, (self.array,))
+
+
+def _tensors_out(x: Any) -> Any:
+    """Worker side, a custom collate_fn: each tensor (in tuples, lists, dicts, namedtuples) as a
+    _Tensor; everything else as the dataset returned it."""
+    t = type(x)
+    if isinstance(x, torch.Tensor):
+        if x.layout != torch.strided or x.is_quantized:
+            return x  # torch pickles it (a copy through the pipe)
+        try:
+            return _Tensor(x.detach().cpu().numpy())
+        except TypeError:  # a dtype NumPy lacks (bfloat16, ...): torch pickles it
+            return x
+    if t is dict:
+        return {k: _tensors_out(v) for k, v in x.items()}
+    if t is list:
+        return [_tensors_out(v) for v in x]
+    if t is tuple:
+        return tuple([_tensors_out(v) for v in x])
+    if isinstance(x, tuple) and hasattr(t, "_fields"):
+        return t(*[_tensors_out(v) for v in x])
+    return x
 
 
 def _collate(x: Any, in_sequence: bool = False) -> Any:
@@ -85,12 +129,9 @@ def _collate(x: Any, in_sequence: bool = False) -> Any:
                 f"lists; found {x.dtype}"
             )
         return torch.from_numpy(x)
-    tag = tag_of(x)
-    if tag == T_OBJ:  # torch's own rules for what fastload does not stack (str, IntEnum, ...)
-        values = [o.value for o in x[tag]]
+    if tag_of(x) == T_OBJ:  # torch's own rules for what fastload does not stack (str, IntEnum)
+        values = [o.value for o in x[T_OBJ]]
         return _default_collate(tuple(values) if in_sequence else values)
-    if tag is not None:
-        return _collate(x[tag])
     if isinstance(x, tuple) and hasattr(x, "_fields"):
         return type(x)(*(_collate(v, True) for v in x))
     if isinstance(x, (tuple, list)):
@@ -100,34 +141,29 @@ def _collate(x: Any, in_sequence: bool = False) -> Any:
     return x
 
 
-def _tensor_rows(a: np.ndarray) -> Any:
-    return torch.from_numpy(a).unbind(0)  # row views, made in C
-
-
-def _samples(batch: Any, count: int) -> list[Any]:
-    """Main side: the batch split back into the ``count`` samples the dataset returned (views;
-    tensor leaves as tensors), for a custom collate_fn."""
-    return list(columns(batch, count, _tensor_rows))
-
-
 class _TorchDataset:
-    """Picklable wrapper run in the workers: tensor leaves -> NumPy (see ``_to_numpy``)."""
+    """Picklable wrapper run in the workers: for torch's default collate, samples stacked by
+    fastload (tensors as NumPy arrays); ``unstacked`` (a custom collate_fn, batch_size=None),
+    samples as the dataset returned them, each tensor's data through the slot."""
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: Any, unstacked: bool = False) -> None:
         self.dataset = dataset
+        self.unstacked = unstacked
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> Any:
-        return _to_numpy(self.dataset[index])
+        s = self.dataset[index]
+        return _tensors_out(s) if self.unstacked else _to_numpy(s)
 
 
 class _TorchDatasetGetitems(_TorchDataset):
     """As torch's fetcher does, use the dataset's ``__getitems__`` when it has one."""
 
     def __getitems__(self, indices: list[int]) -> list[Any]:
-        return [_to_numpy(s) for s in self.dataset.__getitems__(indices)]
+        out = _tensors_out if self.unstacked else _to_numpy
+        return [out(s) for s in self.dataset.__getitems__(indices)]
 
 
 class _WorkerInit:
@@ -198,6 +234,7 @@ class DataLoader:
         copy: bool = False,
     ) -> None:
         self._loader: Loader | None = None
+        self._loader_unstacked = False
         # -- torch's validation, same order and messages (torch/utils/data/dataloader.py) ----
         if num_workers < 0:
             raise ValueError(
@@ -304,9 +341,16 @@ class DataLoader:
     def __len__(self) -> int:
         return len(self._index_sampler)
 
+    @property
+    def _unstacked(self) -> bool:
+        """A custom collate_fn, or no auto-collation: the samples as the dataset returned them
+        (any structure, shapes that vary), not stacked by fastload."""
+        return self.collate_fn is not None or not self._auto_collation
+
     def _make_loader(self, max_batch: int, base_seed: int) -> Loader:
         getitems = hasattr(self.dataset, "__getitems__")
-        wrapped = (_TorchDatasetGetitems if getitems else _TorchDataset)(self.dataset)
+        unstacked = self._unstacked
+        wrapped = (_TorchDatasetGetitems if getitems else _TorchDataset)(self.dataset, unstacked)
         return Loader(
             wrapped,
             max(1, max_batch),
@@ -321,6 +365,7 @@ class DataLoader:
             copy=self._copy,
             seed=base_seed % (2**63),
             batch_plan=self._plans.pop,  # no reference back to self
+            stack=not unstacked,
         )
 
     def __iter__(self) -> Any:
@@ -349,21 +394,24 @@ class DataLoader:
         else:
             plan = [[i] for i in self.sampler]
         biggest = max((len(b) for b in plan), default=1)
-        if self._loader is not None and biggest > self._loader.batch_size:
-            self._loader.close()  # a custom batch sampler grew: new slots, new workers
+        if self._loader is not None and (
+            biggest > self._loader.batch_size or self._loader_unstacked != self._unstacked
+        ):
+            self._loader.close()  # a custom batch sampler grew, or collate_fn changed kind
             self._loader = None
         if self._loader is None:
             hint = self.batch_size if self.batch_size else biggest
             self._loader = self._make_loader(max(hint, biggest), self._base_seed)
+            self._loader_unstacked = self._unstacked
         it = iter(self._loader)  # one Loader epoch per iter(): see NOTE [batch plans]
         self._plans.clear()
         self._plans[it.epoch] = plan  # asked for at the first next(), then popped
-        return self._batches(it, pin, [len(b) for b in plan])
+        return self._batches(it, pin, len(plan))
 
-    def _batches(self, it: Any, pin: bool, counts: list[int]) -> Any:
+    def _batches(self, it: Any, pin: bool, nbatches: int) -> Any:
         collate = self.collate_fn
         auto = self._auto_collation
-        for count in counts:  # samples per batch, from the plan
+        for _ in range(nbatches):  # the plan's batches
             try:
                 batch = next(it)
             except StopIteration:
@@ -372,12 +420,23 @@ class DataLoader:
                 raise DataLoaderTimeoutError(
                     f"DataLoader timed out after {self.timeout} seconds ({e})"
                 ) from e
+            except LayoutMismatchError as e:
+                what = str(e).split("\n", 1)[0].split("; if its shape varies", 1)[0]
+                if collate is not None or "expected shape" not in what:
+                    raise
+                index = getattr(e, "fastload_index", None)
+                where = f" (sample index {index})" if index is not None else ""
+                raise DataLoaderCollateError(
+                    f"stack expects each tensor to be equal size: {what}{where}. torch's default "
+                    "collate stacks every leaf of the samples; pass a collate_fn (e.g. one using "
+                    "torch.nn.utils.rnn.pad_sequence) for samples whose shapes vary"
+                ) from e
             if not auto:
-                out = _convert(_samples(batch, 1)[0])
+                out = _convert(batch[0])  # unstacked: the sample as the dataset returned it
             elif collate is None:
                 out = _collate(batch)
             else:
-                out = collate(_samples(batch, count))
+                out = collate(batch)  # unstacked: the list of samples
             if pin:
                 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 

@@ -155,3 +155,16 @@ class EveryLeafDS:
             "name": f"s{i}",
             "extra": dict(a=i, b=(np.int16(i), [f"w{i}"])),
         }
+
+
+class RaggedDS:
+    """Token tensors of varying length, a str, and a structure that changes with the index."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int):
+        sample = {"tokens": torch.arange(i % 5, dtype=torch.int64) + i, "name": f"s{i}"}
+        if i % 2:
+            sample["extra"] = (np.full((i, 2), i, np.float32), [i, None])
+        return sample
