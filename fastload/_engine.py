@@ -13,6 +13,15 @@ NOTE [pool callbacks]
 workers_died / workers_restarted run in whichever thread checks the pool (another loader's,
 maybe): they only append to ``pending``, reclaim slots (one CAS in C each) and send attach
 messages; this loader raises what they found, in its own thread.
+
+NOTE [first samples]
+A batch layout comes from the first sample (fastload/layout.py), loaded by worker 0 (the
+probe). The first time, every other worker loads the first sample of a later batch at the same
+time (a Probe with report=False) and keeps it (BatchFiller.warm) for when a batch that has it
+is filled: all workers start at once, so a dataset whose ``__getitem__`` waits until several
+workers have begun a sample (a barrier) works, and the first batches do not wait for one
+worker. A kept sample packed into a batch claimed by another worker is loaded again there (the
+ring hands batches to whichever worker is free): at most ``num_workers - 1`` samples, once.
 """
 
 from __future__ import annotations
@@ -56,8 +65,7 @@ class Engine:
                               drop_last=cfg.drop_last, shard=cfg.shard, batch_plan=cfg.batch_plan)
         self.cursor = PlanCursor(self.plan)  # the next batch to queue
         self.deaths = DeathPolicy(cfg.on_worker_death)
-        self.closed = False
-        self.closed_reason = ""
+        self.closed, self.closed_reason = False, ""
         self.layout: BatchLayout | None = None
         self.slots: SlotTable | None = None  # the shared region, once the layout is known
         self.next_epoch = 0
@@ -68,6 +76,7 @@ class Engine:
         self.counters = {"copied_batches": 0, "spilled_batches": 0, "worker_restarts": 0}
         self.shared_pool = pool  # a fastload.Pool (kept alive while this loader is), or None
         self.pending: deque[BaseException] = deque()  # NOTE [pool callbacks]
+        self.warmed = False  # NOTE [first samples]
         self._last_check = time.monotonic()
         self.filler = BatchFiller(dataset, None) if cfg.num_workers == 0 else None
         self.pool: WorkerPool | None = None
@@ -84,8 +93,7 @@ class Engine:
     def check_usable(self) -> None:
         if self.closed:
             raise LoaderClosedError(
-                f"this Loader is closed ({self.closed_reason}); create a new one"
-            )
+                f"this Loader is closed ({self.closed_reason}); create a new one")
         if os.getpid() != self.pid:
             raise RuntimeError(
                 "a fastload Loader can only be used in the process that created it "
@@ -147,10 +155,9 @@ class Engine:
     def _inprocess_batch(self, epoch: int, b: int) -> Any:
         """num_workers=0: the workers' fill path (fastload/_fill.py), into a private buffer."""
         assert self.filler is not None
-        self.layout, batch = self.filler.load(
-            self.layout, self.plan.batch(epoch, b), self.cfg.batch_size, self.plan.seed, epoch,
-            self.cfg.sample_spec,
-        )
+        self.layout, batch = self.filler.load(self.layout, self.plan.batch(epoch, b),
+                                              self.cfg.batch_size, self.plan.seed, epoch,
+                                              self.cfg.sample_spec)
         return batch
 
     # -- the worker path ---------------------------------------------------------------------
@@ -171,8 +178,7 @@ class Engine:
             slots.release(task.slot)
             what = f"batch {task.batch} of epoch {epoch}"
             self.mail.raise_failure(task.slot, task.seq, word, what)
-        info = slots.ring.slot_info(task.slot)
-        spilled = None
+        info, spilled = slots.ring.slot_info(task.slot), None
         if self.layout.n_objects and info["flags"] & _ring.F_SPILLED:
             spilled = self.mail.spilled_image(task.slot, task.seq, word)
             self.counters["spilled_batches"] += 1
@@ -207,13 +213,17 @@ class Engine:
 
     # -- the first sample and the region -----------------------------------------------------
     def _send_probe(self) -> None:
-        """Ask worker 0 for the layout of the next batch's first sample."""
-        assert self.mail is not None
+        """Ask worker 0 for the layout of the next batch's first sample; NOTE [first samples]:
+        the first time, also have each other worker load the first sample of a later batch."""
+        assert self.mail is not None and self.pool is not None
         e = self.active_epoch if self.active_epoch is not None else self.next_epoch
-        if self.n and self.plan.nbatches_of(e):
-            index = int(self.plan.batch(e, self.consumed)[0])
-            self.mail.send_probe(m.Probe(self.cid, index, self.cfg.batch_size, self.plan.seed, e,
-                                         self.cfg.sample_spec))
+        if not (self.n and (nb := self.plan.nbatches_of(e))):
+            return
+        b, warm = self.consumed, 0 if self.warmed else self.cfg.num_workers
+        firsts = [int(self.plan.batch(e, b + k)[0]) for k in range(max(1, min(warm, nb - b)))]
+        self.mail.send_probe(m.Probe(self.cid, firsts[0], self.cfg.batch_size, self.plan.seed,
+                                     e, self.cfg.sample_spec), firsts[1:])
+        self.warmed = True
 
     def _setup_region(self) -> None:
         """Wait for worker 0's layout, then create the region and attach every worker."""
@@ -310,7 +320,7 @@ class Engine:
         finally:
             if self.slots is not None:
                 self.slots.close()  # step 5: live zero-copy batches keep the mapping
-                self.slots = None
+            self.slots = None
             if self.mail is not None:
                 self.mail.clear()
             self.dataset = self.filler = None
@@ -336,11 +346,9 @@ class Engine:
         self.superseded = {e for e in self.superseded if e < epoch}
 
     def stats(self) -> dict[str, Any]:
-        slots = self.slots
-        out: dict[str, Any] = dict(self.counters)
-        out["held_batches"] = slots.held if slots else 0
-        out["nslots"] = self.cfg.nslots
-        out["slot_bytes"] = self.layout.slot_bytes if self.layout is not None else None
+        slots, out = self.slots, dict[str, Any](self.counters)
+        out.update(held_batches=slots.held if slots else 0, nslots=self.cfg.nslots,
+                   slot_bytes=self.layout.slot_bytes if self.layout is not None else None)
         if slots is not None and not slots.ring.closed:
             out["ring"] = slots.ring.stats()
         return out

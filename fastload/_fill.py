@@ -86,6 +86,31 @@ class BatchFiller:
         columns = getattr(dataset, "_fastload_columns", None)
         # fastload.ArrayDataset: rows are gathered in C, no Python call per sample.
         self.columns: list[Any] | None = columns() if callable(columns) else None
+        # NOTE [first samples] (_engine.py): (seed, epoch, index) -> (sample, or the exception
+        # loading it raised), loaded before the layout was known, packed when its batch comes.
+        self.warm: dict[tuple[int, int, int], tuple[bool, Any]] = {}
+
+    def warm_up(self, index: int, seed: int, epoch: int) -> None:
+        """Load sample ``index`` now and keep it (or its exception) for the batch that has it."""
+        ctx = _sample_ctx
+        ctx[0], ctx[1], ctx[2] = seed, epoch, index
+        try:
+            self.warm[(seed, epoch, index)] = (True, self.dataset[index])
+        except Exception as e:
+            self.warm[(seed, epoch, index)] = (False, e)
+        finally:
+            ctx[2] = -1
+
+    def _sample(self, seed: int, epoch: int, index: int) -> Any:
+        got = self.warm.pop((seed, epoch, index), None)
+        if got is None:
+            for key in [k for k in self.warm if k[:2] != (seed, epoch)]:
+                del self.warm[key]  # of an epoch that was abandoned, or went by
+            return self.dataset[index]
+        ok, value = got
+        if not ok:
+            raise value
+        return value
 
     def probe(self, index: int, batch_size: int, seed: int, epoch: int,
               spec: Any = None) -> Any:
@@ -95,9 +120,12 @@ class BatchFiller:
         ctx = _sample_ctx
         ctx[0], ctx[1], ctx[2] = seed, epoch, index
         try:
-            return BatchLayout(self.dataset[index], batch_size, spec)
+            sample = self.dataset[index]
+            layout = BatchLayout(sample, batch_size, spec)
         finally:
             ctx[2] = -1
+        self.warm[(seed, epoch, index)] = (True, sample)  # packed with its batch, not reloaded
+        return layout
 
     def fill(self, packer: Any, layout: Any, slot: int, indices: Any, seed: int, epoch: int,
              ring: Any = None, pid: int = 0) -> tuple[VarImage | None, bytes | None]:
@@ -117,6 +145,13 @@ class BatchFiller:
                 idx_list = indices.tolist()
                 if self.getitems is not None:
                     _pack_getitems(packer, slot, idx_list, self.getitems(idx_list), objects)
+                elif self.warm:
+                    pack, get = packer.pack, self._sample
+                    for row, index in enumerate(idx_list):
+                        if ring is not None:
+                            ring.set_progress(slot, row, pid)
+                        ctx[2] = index
+                        pack(slot, row, get(seed, epoch, index), objects)
                 else:
                     pack, ds = packer.pack, self.dataset
                     for row, index in enumerate(idx_list):

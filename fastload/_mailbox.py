@@ -29,10 +29,14 @@ class Mailbox:
         self.probe: m.Probe | None = None  # sent, not yet answered
         self.probe_started = False  # worker 0 said it began loading the probe sample
 
-    def send_probe(self, probe: m.Probe) -> None:
+    def send_probe(self, probe: m.Probe, warm: list[int]) -> None:
+        """``probe`` to worker 0; the samples ``warm`` to workers 1, 2, ..., to load and keep
+        (NOTE [first samples] in _engine.py)."""
         # Not kept if worker 0 is dead: the engine asks again once it is restarted.
         self.probe = probe if self.pool.send(0, probe) else None
         self.probe_started = False
+        for k, index in enumerate(warm, 1):
+            self.pool.send(k, probe._replace(sample=index, spec=None, report=False))
 
     def probe_lost(self, worker: int) -> list[int | None]:
         """``worker`` died: the probe sample it was loading (it is asked again after the

@@ -54,6 +54,7 @@ class Probe(NamedTuple):
     seed: int
     epoch: int
     spec: Any = None  # the loader's SampleSpec (fastload/_ragged.py)
+    report: bool = True  # False: load and keep the sample, reply nothing (NOTE [first samples])
 
 
 class Attach(NamedTuple):

@@ -193,6 +193,9 @@ class _Client:
         conn = self.worker.conn
         assert self.filler is not None
         set_worker_info(self.info)
+        if not msg.report:  # NOTE [first samples] (_engine.py): load it now, pack it later
+            self.filler.warm_up(msg.sample, msg.seed, msg.epoch)
+            return
         # Tells the loader that a death from now on is this sample's doing (a shared pool's
         # worker may die on another loader's batch before it reads the probe).
         conn.send(m.ProbeStarted(self.cid))
