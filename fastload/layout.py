@@ -6,9 +6,11 @@ A slot holds one batch. Its payload is, in order, each region aligned to ``ALIGN
 1. the task: the batch's sample indices, ``batch_size`` int64, then the loader's seed (one
    int64, for ``sample_rng``), written by the parent and read by workers;
 2. one region per array leaf, ``batch_size`` rows of ``itemsize * prod(shape)`` bytes;
-3. the variable area, holding the batch's object leaves (strings, arbitrary Python objects)
-   pickled once per batch; a batch whose objects do not fit is sent over the worker's pipe instead
-   (counted in ``Loader.stats()["spilled_batches"]``).
+3. the variable area, holding the batch's variable image (NOTE [ragged leaves] in
+   fastload/_ragged.py): its object leaves (strings, arbitrary Python objects) pickled once per
+   batch, its ragged leaves' values, or with ``stack=False`` its samples; an image that does not
+   fit is sent to the parent in a memfd of its own, or over the worker's pipe where there is no
+   memfd (counted in ``Loader.stats()["spilled_batches"]``).
 
 The structure of a sample (tuples, lists, dicts, namedtuples, nested to any depth) is kept as a
 ``tree`` of small tuples that the compiled packer walks; arrays in a batch are views into the slot
