@@ -418,6 +418,31 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memset
 
 
+cdef Py_buffer *_buffers(list arrays, Py_ssize_t *got) except NULL:
+    """The buffers of the C-contiguous ``arrays`` (BufferError for one that is not); release
+    them with _release. On an error, those taken so far are released here."""
+    cdef Py_ssize_t n = len(arrays), i
+    cdef Py_buffer *src = <Py_buffer *>malloc(sizeof(Py_buffer) * (n if n else 1))
+    if src == NULL:
+        raise MemoryError()
+    got[0] = 0
+    try:
+        for i in range(n):
+            PyObject_GetBuffer(arrays[i], &src[i], PyBUF_SIMPLE)
+            got[0] += 1
+    except BaseException:
+        _release(src, got[0])
+        raise
+    return src
+
+
+cdef void _release(Py_buffer *src, Py_ssize_t got) noexcept:
+    cdef Py_ssize_t i
+    for i in range(got):
+        PyBuffer_Release(&src[i])
+    free(src)
+
+
 def write_rows(object dest, Py_ssize_t start, list arrays, Py_ssize_t row_bytes, bytes pad):
     """Copy the bytes of C-contiguous ``arrays`` into ``dest[start:]``, one after the other
     (``row_bytes`` 0: concatenated, as ragged "list" and "packed" leaves are) or each at the
@@ -426,37 +451,26 @@ def write_rows(object dest, Py_ssize_t start, list arrays, Py_ssize_t row_bytes,
     against ``dest``'s size and the row's before any byte is written; the copies run with the
     GIL released."""
     cdef Py_buffer d
-    cdef Py_ssize_t n = len(arrays), i, off, total = 0, ln, plen = len(pad)
+    cdef Py_ssize_t n = len(arrays), i, off, total = 0, ln, plen = len(pad), got = 0, k, rest
     cdef Py_buffer *src = NULL
-    cdef Py_ssize_t got = 0
     cdef const char *pbytes = pad
     cdef bint zero_pad = True
     cdef char *p
-    cdef Py_ssize_t k, rest
     if start < 0 or row_bytes < 0:
         raise ValueError("start and row_bytes must be >= 0")
+    if row_bytes and n and (not plen or row_bytes % plen):
+        raise ValueError(f"row_bytes={row_bytes} is not a multiple of the pad's {plen} bytes")
     for i in range(plen):
         if pbytes[i] != 0:
             zero_pad = False
     PyObject_GetBuffer(dest, &d, PyBUF_WRITABLE)
     try:
-        src = <Py_buffer *>malloc(sizeof(Py_buffer) * (n if n else 1))
-        if src == NULL:
-            raise MemoryError()
+        src = _buffers(arrays, &got)
         for i in range(n):
-            PyObject_GetBuffer(arrays[i], &src[i], PyBUF_SIMPLE)  # BufferError if not contiguous
-            got += 1
             ln = src[i].len
-            if row_bytes:
-                if ln > row_bytes:
-                    raise ValueError(f"array {i}: {ln} bytes do not fit a row of {row_bytes}")
-                total += row_bytes
-            else:
-                total += ln
-        if row_bytes and plen and row_bytes % plen:
-            raise ValueError(f"row_bytes={row_bytes} is not a multiple of the pad's {plen} bytes")
-        if row_bytes and not plen and n:
-            raise ValueError("a padded row needs the bytes of one pad item")
+            if row_bytes and ln > row_bytes:
+                raise ValueError(f"array {i}: {ln} bytes do not fit a row of {row_bytes}")
+            total += row_bytes if row_bytes else ln
         if start > d.len or total > d.len - start:
             raise ValueError(f"{total} bytes at offset {start} overflow a buffer of {d.len}")
         with nogil:
@@ -480,9 +494,8 @@ def write_rows(object dest, Py_ssize_t start, list arrays, Py_ssize_t row_bytes,
                     off += ln
         return total
     finally:
-        for i in range(got):
-            PyBuffer_Release(&src[i])
-        free(src)
+        if src != NULL:
+            _release(src, got)
         PyBuffer_Release(&d)
 
 
@@ -492,21 +505,16 @@ def write_at(object dest, Py_ssize_t start, list arrays, const int64_t[::1] offs
     inside ``dest``: all is checked before any byte is written; the copies run with the GIL
     released. Returns the end of the last copy, relative to ``start``."""
     cdef Py_buffer d
-    cdef Py_ssize_t n = len(arrays), i, end = 0
+    cdef Py_ssize_t n = len(arrays), i, end = 0, got = 0
     cdef Py_buffer *src = NULL
-    cdef Py_ssize_t got = 0
     if start < 0:
         raise ValueError("start must be >= 0")
     if offsets.shape[0] != n:
         raise ValueError(f"{offsets.shape[0]} offsets for {n} arrays")
     PyObject_GetBuffer(dest, &d, PyBUF_WRITABLE)
     try:
-        src = <Py_buffer *>malloc(sizeof(Py_buffer) * (n if n else 1))
-        if src == NULL:
-            raise MemoryError()
+        src = _buffers(arrays, &got)
         for i in range(n):
-            PyObject_GetBuffer(arrays[i], &src[i], PyBUF_SIMPLE)  # BufferError if not contiguous
-            got += 1
             if offsets[i] < end:
                 raise ValueError(f"array {i} at offset {offsets[i]} overlaps the one before "
                                  f"(which ends at {end})")
@@ -519,7 +527,6 @@ def write_at(object dest, Py_ssize_t start, list arrays, const int64_t[::1] offs
                     memcpy(<char *>d.buf + start + offsets[i], src[i].buf, src[i].len)
         return end
     finally:
-        for i in range(got):
-            PyBuffer_Release(&src[i])
-        free(src)
+        if src != NULL:
+            _release(src, got)
         PyBuffer_Release(&d)

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 from torch.utils.data import BatchSampler, DistributedSampler, Sampler  # noqa: E402
 from torch.utils.data import DataLoader as TorchDataLoader  # noqa: E402
 
+from helpers import region_range  # noqa: E402
 from helpers.compat import (  # noqa: E402
     ArrayDS,
     EveryLeafDS,
@@ -269,9 +270,7 @@ def test_custom_collate_gets_samples_of_any_shape_and_structure(num_workers):
 def test_custom_collate_tensors_are_views_of_the_slot():
     dl = DataLoader(RaggedDS(), batch_size=3, num_workers=2, collate_fn=lambda s: s)
     batch = next(iter(dl))
-    view = np.frombuffer(dl._loader._engine.slots.region.mm, np.uint8)
-    lo, hi = view.ctypes.data, view.ctypes.data + view.nbytes
-    del view
+    lo, hi = region_range(dl)
     tensors = [s["tokens"] for s in batch if s["tokens"].numel()]
     assert tensors and all(lo <= t.data_ptr() < hi for t in tensors)
     del batch, tensors
@@ -331,10 +330,7 @@ def test_zero_copy_and_valid_after_close():
     dl = DataLoader(ArrayDS(), batch_size=4, num_workers=2)
     it = iter(dl)
     t = next(it)
-    mm = dl._loader._engine.slots.region.mm
-    view = np.frombuffer(mm, np.uint8)
-    lo, hi = view.ctypes.data, view.ctypes.data + view.nbytes
-    del view
+    lo, hi = region_range(dl)
     assert lo <= t.data_ptr() < hi  # the tensor is a view of the shared slot
     del it
     dl.close()

@@ -11,29 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fastload
-from helpers import MP_TIMEOUT
+from helpers import MP_TIMEOUT, region_range
 from helpers.ragged import Big, Listed
+from helpers.ragged import assert_same as same
 
 Point = collections.namedtuple("Point", ["x", "y"])
-
-
-def same(got, want) -> None:
-    """Equal values and the same types, recursively; arrays of the same dtype and shape."""
-    assert type(got) is type(want) or (type(want) is np.memmap and type(got) is np.ndarray), \
-        (type(got), type(want))
-    if isinstance(want, np.ndarray):
-        assert got.dtype == want.dtype and got.shape == want.shape
-        assert np.array_equal(got, want, equal_nan=want.dtype.kind in "fc")
-    elif isinstance(want, dict):
-        assert list(got) == list(want)
-        for k in want:
-            same(got[k], want[k])
-    elif isinstance(want, (list, tuple)):
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            same(g, w)
-    else:
-        assert got == want or (got != got and want != want)  # NaN
 
 
 _leaves = st.one_of(
@@ -76,9 +58,7 @@ def test_workers_carry_the_arrays_in_the_slot(start_method):
         assert [len(b) for b in batches] == [4, 4, 3]
         same([s for b in batches for s in b], samples)
         first = batches[1][0]  # sample 4: its arrays are views of the shared slot
-        view = np.frombuffer(loader._engine.slots.region.mm, np.uint8)
-        lo, hi = view.ctypes.data, view.ctypes.data + view.nbytes
-        del view
+        lo, hi = region_range(loader)
         assert lo <= first[0].ctypes.data < hi and lo <= first[2][1]["k"].ctypes.data < hi
         assert loader.stats()["spilled_batches"] == 0
         del batches, first
@@ -144,9 +124,7 @@ def test_arrays_anywhere_in_a_sample_travel_in_the_slot():
     samples += [Boxed(np.arange(4) * 3), [shared, shared]]
     with fastload.Loader(Listed(samples), 4, num_workers=2, stack=False) as loader:
         (batch,) = list(loader)
-        view = np.frombuffer(loader._engine.slots.region.mm, np.uint8)
-        lo, hi = view.ctypes.data, view.ctypes.data + view.nbytes
-        del view
+        lo, hi = region_range(loader)
         assert type(batch[0]) is collections.defaultdict and batch[0].default_factory is list
         assert batch[0]["a"].tolist() == [0, 0, 0] and batch[2] == samples[2]
         assert lo <= batch[0]["a"].ctypes.data < hi and lo <= batch[2].a.ctypes.data < hi

@@ -53,3 +53,14 @@ def silence_stderr() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     os.close(devnull)
+
+
+def region_range(engine_owner: object) -> tuple[int, int]:
+    """[start, end) addresses of the shared slot region of a Loader (or of the object whose
+    ``_loader`` is one: a compat DataLoader), to check that arrays are views of it."""
+    import numpy as np
+
+    loader = getattr(engine_owner, "_loader", None) or engine_owner
+    view = np.frombuffer(loader._engine.slots.region.mm, np.uint8)  # type: ignore[attr-defined]
+    lo = view.ctypes.data
+    return lo, lo + view.nbytes

@@ -79,17 +79,23 @@ def reference(mode: str, arrays: list[np.ndarray], pad_value: Any = 0,
 
 
 def assert_same(got: Any, want: Any) -> None:
-    """Same type, dtypes, shapes and values, recursively (Padded/Packed/lists of arrays)."""
-    assert type(got) is type(want), (type(got), type(want))
+    """Same type, dtypes, shapes and values, recursively (Padded/Packed, lists of arrays, any
+    sample of stack=False); a memmap comes back as an ndarray; NaN equals NaN."""
+    assert type(got) is type(want) or (type(want) is np.memmap and type(got) is np.ndarray), \
+        (type(got), type(want))
     if isinstance(want, np.ndarray):
         assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
         assert np.array_equal(got, want, equal_nan=want.dtype.kind in "fc"), (got, want)
+    elif isinstance(want, dict):
+        assert list(got) == list(want)
+        for k in want:
+            assert_same(got[k], want[k])
     elif isinstance(want, (list, tuple)):
         assert len(got) == len(want)
         for g, w in zip(got, want):
             assert_same(g, w)
     else:
-        assert got == want
+        assert got == want or (got != got and want != want), (got, want)  # NaN
 
 
 class Boxed:
