@@ -144,7 +144,8 @@ class BatchFiller:
             else:
                 idx_list = indices.tolist()
                 if self.getitems is not None:
-                    _pack_getitems(packer, slot, idx_list, self.getitems(idx_list), objects)
+                    _pack_getitems(packer, layout, slot, idx_list, self.getitems(idx_list),
+                                   objects)
                 elif self.warm:
                     pack, get = packer.pack, self._sample
                     for row, index in enumerate(idx_list):
@@ -215,11 +216,15 @@ class BatchFiller:
         return True
 
 
-def _pack_getitems(packer: Any, slot: int, idx_list: list[int], samples: Any,
+def _pack_getitems(packer: Any, layout: Any, slot: int, idx_list: list[int], samples: Any,
                    objs: list[Any]) -> None:
     """Pack what ``__getitems__`` returned: a list of samples (torch's convention), or one
-    already-stacked batch (the sample structure with a leading batch axis on every array)."""
+    already-stacked batch (the sample structure with a leading batch axis on every array); a
+    tuple is whichever of the two the layout says it is (_tuple_of_samples)."""
     count = len(idx_list)
+    if isinstance(samples, tuple) and len(samples) == count and _tuple_of_samples(layout,
+                                                                                  samples):
+        samples = list(samples)
     if not isinstance(samples, list):
         packer.pack_batch(slot, samples, count)
         return
@@ -232,3 +237,30 @@ def _pack_getitems(packer: Any, slot: int, idx_list: list[int], samples: Any,
             if hasattr(e, "add_note"):
                 e.add_note(f"(sample index {idx_list[row]}, from __getitems__)")
             raise
+
+
+def _tuple_of_samples(layout: Any, value: tuple[Any, ...]) -> bool:
+    """Whether the tuple ``__getitems__`` returned holds samples rather than being the stacked
+    batch of a tuple-shaped sample: ``value[0]`` is followed down the layout's tree along first
+    children, as a whole sample would be (a stacked batch's ``value[0]`` is one level off: a
+    stacked leaf where the tree has a container, or an array with one dimension too many)."""
+    from .layout import N_ARRAY, N_DICT, N_LIST, N_OBJECT
+
+    if not layout.stack:
+        return True
+    node, v = layout.tree, value[0]
+    while True:
+        kind = node[0]
+        if kind == N_ARRAY:
+            return bool(np.ndim(v) == len(layout.fields[node[2]].shape))
+        if kind == N_OBJECT:
+            return True  # a stacked batch cannot carry objects
+        if kind == N_DICT:
+            if not isinstance(v, dict) or not node[3] or node[3][0] not in v:
+                return False
+            node, v = node[2][0], v[node[3][0]]
+            continue
+        expected = list if kind == N_LIST else tuple
+        if not isinstance(v, expected) or not node[2] or not len(v):
+            return isinstance(v, expected) and not node[2]
+        node, v = node[2][0], v[0]

@@ -13,6 +13,9 @@ from libc.string cimport memcpy
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBuffer_FillInfo,
                              PyBUF_WRITABLE, PyBUF_SIMPLE)
 
+from cpython.dict cimport PyDict_GetItemWithError
+from cpython.object cimport PyObject
+
 from fastload._cdefs cimport fl_pack_copy, fl_pack_gather, FL_OK
 
 import numpy as np
@@ -296,17 +299,19 @@ cdef class Packer:
             raise LayoutMismatchError(
                 f"{node[1]}: dict keys differ from the first sample's: missing {missing}, "
                 f"unexpected {extra}")
+        cdef PyObject *got
         for i in range(n):
             k = keys[i]
-            try:
-                v = value[k]
-            except KeyError:
+            # The dict's own table, never value[k]: a defaultdict (or any __missing__) would
+            # insert the key and hand back a made-up value instead of saying it is missing.
+            got = PyDict_GetItemWithError(value, k)
+            if got == NULL:
                 missing = [k for k in keys if k not in value]
                 extra = [k for k in value if k not in keys]
                 raise LayoutMismatchError(
                     f"{node[1]}: dict keys differ from the first sample's: missing {missing}, "
                     f"unexpected {extra}") from None
-            self._walk(<tuple>children[i], v, slot_base, row, objects, nrows)
+            self._walk(<tuple>children[i], <object>got, slot_base, row, objects, nrows)
         return 0
 
     cdef int _put(self, Py_ssize_t leaf, value, char *slot_base, Py_ssize_t row,

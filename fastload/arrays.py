@@ -32,12 +32,14 @@ class _MemmapRef:
         base = mm
         while isinstance(base.base, np.memmap):  # a row slice of a bigger map
             base = base.base
-        if mm.filename is None or not mm.flags.c_contiguous:
+        if mm.filename is None or not mm.flags.c_contiguous or mm.mode == "c":
+            # mode "c" (copy-on-write): changes made in memory are not in the file, so the
+            # array itself is sent, not a way to reopen the file
             return (np.asarray, (np.asarray(mm),))
         start = mm.offset + (
             mm.__array_interface__["data"][0] - base.__array_interface__["data"][0]
         )
-        mode = "r" if mm.mode in ("r", "c") or not mm.flags.writeable else "r+"
+        mode = "r" if mm.mode == "r" or not mm.flags.writeable else "r+"
         return (_reopen, (mm.filename, mm.dtype.str, mm.shape, start, mode))
 
 
@@ -48,7 +50,10 @@ class ArrayDataset:
     ----------
     *arrays : array_like, or a single dict of arrays
         Sample ``i`` is ``tuple(a[i] for a in arrays)`` (a single array gives ``a[i]`` alone;
-        a dict gives ``{k: a[i]}``). ``np.memmap`` inputs are read lazily in each worker.
+        a dict gives ``{k: a[i]}``). ``np.memmap`` inputs are read lazily in each worker
+        (reopened from their file); a copy-on-write map (``mode="c"``, ``np.load(...,
+        mmap_mode="c")``), whose changes are only in memory, is sent to spawned workers as
+        data. A list of arrays (shards) is refused: concatenate them first.
 
     Examples
     --------
@@ -74,6 +79,15 @@ class ArrayDataset:
             raise ValueError("ArrayDataset needs at least one array")
         fixed = []
         for k, c in enumerate(cols):
+            if isinstance(c, (list, tuple)) and any(isinstance(x, np.ndarray) and x.ndim
+                                                    for x in c):
+                raise TypeError(
+                    f"array {k} is a {type(c).__name__} of {len(c)} arrays: ArrayDataset takes "
+                    "one array per field, and would read a list of shards as one array with a "
+                    "shard axis (len(dataset) == number of shards). Pass np.concatenate(shards) "
+                    "(a copy), or write the shards to one .npy file and pass "
+                    "np.load(path, mmap_mode='r')"
+                )
             if not isinstance(c, np.ndarray):
                 c = np.asarray(c)
             if c.ndim == 0:

@@ -339,3 +339,50 @@ class SlowAt:
         if i in self.slow:
             time.sleep(self.seconds)
         return i
+
+
+class DefaultDicts:
+    """defaultdict samples: sample 0 has keys a, b; later samples a, c (same count)."""
+
+    def __init__(self) -> None:
+        import collections
+
+        self.made: list[Any] = []
+        self._dd = collections.defaultdict
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> Any:
+        d = self._dd(lambda: np.zeros(2))
+        d["a"] = np.full(2, i)
+        d["b" if i == 0 else "c"] = np.full(2, -i)
+        self.made.append(d)
+        return d
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"made": []}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        import collections
+
+        self.made, self._dd = [], collections.defaultdict
+
+
+class TupleGetitems:
+    """__getitems__ returns a tuple: of samples (`stacked=False`) or the stacked batch."""
+
+    def __init__(self, stacked: bool) -> None:
+        self.stacked = stacked
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i: int) -> Any:
+        return (np.full(2, i), np.full(2, 10 + i))
+
+    def __getitems__(self, indices: list[int]) -> Any:
+        if self.stacked:
+            return (np.stack([np.full(2, i) for i in indices]),
+                    np.stack([np.full(2, 10 + i) for i in indices]))
+        return tuple(self[i] for i in indices)

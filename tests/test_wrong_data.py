@@ -1,0 +1,60 @@
+"""Inputs that used to give wrong data without an error: each now gives the right data or a
+clear error (a defaultdict's missing keys, a tuple from __getitems__, a list of shards for
+ArrayDataset, a copy-on-write memory map in spawned workers)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fastload
+from helpers import MP_TIMEOUT
+from helpers.datasets import DefaultDicts, TupleGetitems
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_defaultdict_with_other_keys_is_an_error_not_a_made_up_value(num_workers):
+    ds = DefaultDicts()
+    with fastload.Loader(ds, 2, num_workers=num_workers) as loader:
+        with pytest.raises(fastload.LayoutMismatchError,
+                           match=r"missing \['b'\], unexpected \['c'\]") as info:
+            list(loader)
+    assert "sample index 1" in str(info.value)
+    if num_workers == 0:  # the user's own dicts: not given the missing key
+        assert all("b" not in d for d in ds.made[1:])
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("stacked", [False, True], ids=["tuple-of-samples", "stacked-tuple"])
+def test_a_tuple_from_getitems_is_read_as_what_it_is(stacked, num_workers):
+    # batch 2, samples that are pairs: the tuple has the length of a sample and of a batch
+    with fastload.Loader(TupleGetitems(stacked), 2, num_workers=num_workers) as loader:
+        got = [(x.tolist(), y.tolist()) for x, y in loader]
+    assert got == [([[2 * b, 2 * b], [2 * b + 1, 2 * b + 1]],
+                    [[10 + 2 * b] * 2, [11 + 2 * b] * 2]) for b in range(3)]
+
+
+def test_array_dataset_refuses_a_list_of_shards():
+    shards = [np.zeros((5, 2)) for _ in range(3)]
+    with pytest.raises(TypeError, match="array 0 is a list of 3 arrays.*np.concatenate"):
+        fastload.ArrayDataset(shards, [np.zeros(5)] * 3)
+    with pytest.raises(TypeError, match="array 1 is a tuple of 2 arrays"):
+        fastload.ArrayDataset(np.zeros(4), (np.zeros(2), np.zeros(2)))
+    assert len(fastload.ArrayDataset(np.zeros((3, 2)), [0, 1, 2])) == 3  # a list of labels
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+def test_a_copy_on_write_memmap_delivers_its_changed_values(tmp_path, start_method):
+    path = tmp_path / "x.npy"
+    np.save(path, np.arange(12.0))
+    mm = np.load(path, mmap_mode="c")
+    mm[3] = 99.0  # in memory only: the file still says 3.0
+    with fastload.Loader(fastload.ArrayDataset(mm), 6, num_workers=2,
+                         start_method=start_method) as loader:
+        assert [b.tolist() for b in loader][0][3] == 99.0
+    with fastload.Pool(1, start_method=start_method) as pool:
+        with fastload.Loader(fastload.ArrayDataset(mm), 6, pool=pool) as loader:
+            assert next(iter(loader)).tolist()[3] == 99.0
+    assert np.load(path)[3] == 3.0
