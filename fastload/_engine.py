@@ -84,7 +84,7 @@ class Engine:
         if cfg.num_workers > 0:
             self.pool = (pool.check_usable() if pool is not None
                          else WorkerPool(cfg.pool_config(), (self.cid, dataset)))
-            self.mail = Mailbox(self.pool, self.cid)
+            self.mail = Mailbox(self.pool, self.cid, cfg.timeout)
             self.pool.register(self.cid, self, dataset)
             if self.plan.ahead:  # a batch plan is asked in its epoch only
                 self._send_probe()

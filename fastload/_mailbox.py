@@ -10,7 +10,7 @@ from . import _messages as m
 from . import _ring
 from ._pool import WorkerPool
 from ._remote import message_of, raise_rebuilt
-from ._wait import POLL_INTERVAL_S
+from ._wait import POLL_INTERVAL_S, Deadline
 from .errors import WorkerDied, WorkerError
 
 __all__ = ["Mailbox"]
@@ -20,9 +20,10 @@ class Mailbox:
     """Messages of one client (``cid``) of a worker pool. ``collect`` may run in another
     loader's thread (NOTE [pool callbacks] in _engine.py): it only files messages."""
 
-    def __init__(self, pool: WorkerPool, cid: int) -> None:
+    def __init__(self, pool: WorkerPool, cid: int, timeout: float | None = None) -> None:
         self.pool = pool
         self.cid = cid
+        self.timeout = timeout  # the loader's: also bounds the wait for a batch's message
         self.msgs: dict[tuple[int, int], Any] = {}  # (slot, seq) -> BatchFailed/Spill
         self.lock = threading.Lock()
         self.layout: Any = None  # what worker 0's probe found
@@ -109,6 +110,7 @@ class Mailbox:
         key = (slot, seq)
         pool = self.pool
         incarnation = pool.incarnation[worker]
+        wait = Deadline(self.timeout, None)
         while True:
             self.collect()
             if key in self.msgs:
@@ -119,7 +121,9 @@ class Mailbox:
                 pool.pump(worker, 0)  # it died: what it sent is all there is
                 self.collect()
                 return self.msgs.pop(key, None)
-            pool.pump(worker, POLL_INTERVAL_S)
+            wait.check(lambda: f"worker {worker} (pid {pool.pid_of(worker)}) finished the batch "
+                       f"in slot {slot} but has not sent what goes with it (is it stopped?)")
+            pool.pump(worker, wait.step() or POLL_INTERVAL_S)
 
     def clear(self) -> None:
         self.msgs.clear()

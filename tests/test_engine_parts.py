@@ -156,11 +156,16 @@ class _FakePool:
         out, self.routed = self.routed, []
         return out
 
+    alive = False  # "dead": take() returns what was sent without waiting
+
     def is_alive(self, worker, incarnation):
-        return False  # "dead": take() returns what was sent without waiting
+        return self.alive
 
     def pump(self, worker, timeout):
-        pass
+        time.sleep(timeout)
+
+    def pid_of(self, worker):
+        return 4242
 
 
 def test_mailbox_never_hands_an_abandoned_batch_its_message():
@@ -174,6 +179,19 @@ def test_mailbox_never_hands_an_abandoned_batch_its_message():
     pool.routed = [(0, m.Spill(7, 1, 9, b"new"))]
     assert mail.take(0, 1, 9).image == b"new"
     assert mail.msgs == {}  # what older tasks left behind is dropped
+
+
+def test_a_batch_message_that_never_comes_is_a_timeout_not_a_hang():
+    from fastload._mailbox import Mailbox
+
+    pool = _FakePool()
+    pool.alive = True  # alive but silent: stopped (SIGSTOP) after marking its batch READY
+    mail = Mailbox(pool, 7, timeout=0.3)
+    t0 = time.monotonic()
+    with pytest.raises(fastload.LoaderTimeoutError, match=r"timeout=0.3s: worker 0 \(pid 4242\) "
+                       r"finished the batch in slot 1 but has not sent"):
+        mail.take(0, 1, 9)
+    assert 0.3 <= time.monotonic() - t0 < 2
 
 
 def test_slot_table_tasks_round_trip_and_held_copies():
