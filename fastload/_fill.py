@@ -136,6 +136,7 @@ class BatchFiller:
         objects: list[Any] = []
         index = None
         image = None
+        batch: list[int] | None = None
         ctx = _sample_ctx
         ctx[0], ctx[1] = seed, epoch
         try:
@@ -144,6 +145,7 @@ class BatchFiller:
             else:
                 idx_list = indices.tolist()
                 if self.getitems is not None:
+                    batch = idx_list
                     _pack_getitems(packer, layout, slot, idx_list, self.getitems(idx_list),
                                    objects)
                 elif self.warm:
@@ -169,7 +171,9 @@ class BatchFiller:
                 raise  # num_workers=0: the user's own process (Ctrl+C, sys.exit) goes on as is
             # In a worker, they come from user code (workers ignore SIGINT): an error of the
             # sample, rebuilt in the main process as a catchable WorkerError (fastload._remote).
-            return None, pack_exception(e, index, self.worker_id)
+            if batch is not None:
+                index = getattr(e, "_fastload_sample", None)  # set by _pack_getitems
+            return None, pack_exception(e, index, self.worker_id, batch)
         finally:
             ctx[2] = -1
         return image, None
@@ -234,8 +238,10 @@ def _pack_getitems(packer: Any, layout: Any, slot: int, idx_list: list[int], sam
         try:
             packer.pack(slot, row, sample, objs)
         except Exception as e:
-            if hasattr(e, "add_note"):
-                e.add_note(f"(sample index {idx_list[row]}, from __getitems__)")
+            try:
+                e._fastload_sample = idx_list[row]  # type: ignore[attr-defined]
+            except Exception:
+                pass  # an exception type without attributes: the batch is still named
             raise
 
 

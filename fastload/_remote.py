@@ -19,9 +19,11 @@ from .errors import RemoteTraceback, WorkerError
 __all__ = ["pack_exception", "rebuild_exception", "raise_rebuilt"]
 
 
-def pack_exception(exc: BaseException, index: int | None, worker_id: int | None) -> bytes:
+def pack_exception(exc: BaseException, index: int | None, worker_id: int | None,
+                   batch: list[int] | None = None) -> bytes:
     """Serialise an exception from user code with its traceback text (never raises).
-    ``worker_id`` None: raised in the main process (num_workers=0)."""
+    ``worker_id`` None: raised in the main process (num_workers=0); ``batch``: the sample
+    indices of the ``__getitems__`` call it came from."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
         data = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
@@ -35,6 +37,7 @@ def pack_exception(exc: BaseException, index: int | None, worker_id: int | None)
         "exc": exc_bytes,
         "tb": tb,
         "index": index,
+        "batch": batch,
         "worker_id": worker_id,
         "pid": os.getpid(),
     }
@@ -71,6 +74,11 @@ def rebuild_exception(payload: bytes) -> BaseException:
     wid = info["worker_id"]
     who = "the main process (num_workers=0)" if wid is None else f"worker {wid} (pid {info['pid']})"
     where = f"sample index {info['index']}" if info["index"] is not None else "worker start-up"
+    batch = info.get("batch")
+    if batch is not None:
+        shown = ", ".join(map(str, batch[:8])) + (", ..." if len(batch) > 8 else "")
+        where = (f"{where} in __getitems__([{shown}])" if info["index"] is not None
+                 else f"__getitems__([{shown}])")
     msg = (
         f"{info['message']}\n\n{info['type_name']} raised in {who} while loading {where}.\n"
         f"Original traceback:\n{info['tb']}"
@@ -104,5 +112,6 @@ def rebuild_exception(payload: bytes) -> BaseException:
         exc = WorkerError(msg)
     exc.__cause__ = RemoteTraceback(info["tb"])
     exc.fastload_index = info["index"]  # type: ignore[attr-defined]
+    exc.fastload_batch = batch  # type: ignore[attr-defined]
     exc.fastload_worker = wid  # type: ignore[attr-defined]
     return exc

@@ -58,3 +58,19 @@ def test_a_copy_on_write_memmap_delivers_its_changed_values(tmp_path, start_meth
         with fastload.Loader(fastload.ArrayDataset(mm), 6, pool=pool) as loader:
             assert next(iter(loader)).tolist()[3] == 99.0
     assert np.load(path)[3] == 3.0
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_error_in_getitems_names_the_batch_and_the_sample(num_workers):
+    from helpers.datasets import FailingGetitems
+
+    with fastload.Loader(FailingGetitems(5), 4, num_workers=num_workers) as loader:
+        with pytest.raises(KeyError, match=r"while loading __getitems__\(\[4, 5, 6, 7\]\)") as e:
+            list(loader)
+    assert e.value.fastload_index is None and e.value.fastload_batch == [4, 5, 6, 7]
+    with fastload.Loader(FailingGetitems(6, mismatch=True), 4, num_workers=num_workers) as loader:
+        with pytest.raises(fastload.LayoutMismatchError,
+                           match=r"sample index 6 in __getitems__\(\[4, 5, 6, 7\]\)") as e:
+            list(loader)
+    assert e.value.fastload_index == 6

@@ -386,3 +386,22 @@ class TupleGetitems:
             return (np.stack([np.full(2, i) for i in indices]),
                     np.stack([np.full(2, 10 + i) for i in indices]))
         return tuple(self[i] for i in indices)
+
+
+class FailingGetitems:
+    """__getitems__ raises for the batch with index `bad`, or (`mismatch`) returns a list of
+    samples whose sample `bad` has another shape."""
+
+    def __init__(self, bad: int, mismatch: bool = False) -> None:
+        self.bad, self.mismatch = bad, mismatch
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, i: int) -> Any:
+        return np.zeros(3 + (self.mismatch and i == self.bad))
+
+    def __getitems__(self, indices: list[int]) -> Any:
+        if not self.mismatch and self.bad in indices:
+            raise KeyError(f"no batch with {self.bad}")
+        return [self[i] for i in indices]
