@@ -21,6 +21,16 @@ def _reopen(
     return np.memmap(filename, dtype=dtype, mode=mode, shape=shape, offset=offset)
 
 
+#: numpy.lib.array_utils.byte_bounds (NumPy >= 2), numpy.byte_bounds before.
+_byte_bounds: Any = getattr(np.lib, "array_utils", np).byte_bounds
+
+
+def _reopen_strided(filename: str, dtype: Any, shape: tuple[int, ...], strides: tuple[int, ...],
+                    span_offset: int, span: int, first: int, mode: Literal["r", "r+"]) -> Any:
+    raw = np.memmap(filename, dtype=np.uint8, mode=mode, shape=(span,), offset=span_offset)
+    return np.ndarray(shape, dtype, buffer=raw, offset=first, strides=strides)
+
+
 class _MemmapRef:
     """Pickles a memory map as (file, dtype, shape, offset), not as its data."""
 
@@ -32,7 +42,7 @@ class _MemmapRef:
         base = mm
         while isinstance(base.base, np.memmap):  # a row slice of a bigger map
             base = base.base
-        if mm.filename is None or not mm.flags.c_contiguous or mm.mode == "c":
+        if mm.filename is None or mm.mode == "c":
             # mode "c" (copy-on-write): changes made in memory are not in the file, so the
             # array itself is sent, not a way to reopen the file
             return (np.asarray, (np.asarray(mm),))
@@ -40,7 +50,13 @@ class _MemmapRef:
             mm.__array_interface__["data"][0] - base.__array_interface__["data"][0]
         )
         mode = "r" if mm.mode == "r" or not mm.flags.writeable else "r+"
-        return (_reopen, (mm.filename, mm.dtype.str, mm.shape, start, mode))
+        if mm.flags.c_contiguous:
+            return (_reopen, (mm.filename, mm.dtype.str, mm.shape, start, mode))
+        # A strided view (x[:, :16]): the bytes it spans, reopened, viewed with its strides.
+        lo, hi = _byte_bounds(mm)
+        first = mm.__array_interface__["data"][0]
+        return (_reopen_strided, (mm.filename, mm.dtype.str, mm.shape, mm.strides,
+                                  start - (first - lo), hi - lo, first - lo, mode))
 
 
 class ArrayDataset:
@@ -116,7 +132,10 @@ class ArrayDataset:
         return parts[0] if self._single else tuple(parts)
 
     def __getitem__(self, i: int) -> Any:
-        return self._wrap([c[i] for c in self._cols])
+        # A row of a string column is a 0-d array of the column's dtype, not an np.str_ whose
+        # width is its text's: the batch has the column's width whatever the first row holds.
+        return self._wrap([c[i, ...] if c.dtype.kind in "US" and c.ndim == 1 else c[i]
+                           for c in self._cols])
 
     def __getitems__(self, indices: list[int]) -> Any:
         """The whole batch, already stacked (one fancy-indexing gather per array)."""

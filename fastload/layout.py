@@ -75,6 +75,8 @@ def _leaf_array(x: object) -> np.ndarray[Any, Any] | None:
     """The array a leaf packs as, or None for an object leaf (packed by pickle)."""
     if isinstance(x, np.ndarray):
         return None if x.dtype.hasobject else x
+    if isinstance(x, (str, bytes)):
+        return None  # np.str_ / np.bytes_ too: their width varies with the text, as a str's
     if isinstance(x, np.generic):
         a = np.asarray(x)
         return None if a.dtype.hasobject else a

@@ -74,3 +74,33 @@ def test_an_error_in_getitems_names_the_batch_and_the_sample(num_workers):
                            match=r"sample index 6 in __getitems__\(\[4, 5, 6, 7\]\)") as e:
             list(loader)
     assert e.value.fastload_index == 6
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_numpy_string_leaves(num_workers):
+    from helpers.datasets import NumpyStrings
+
+    with fastload.Loader(NumpyStrings(), 5, num_workers=num_workers) as loader:
+        ((s, b, i),) = list(loader)
+    assert s == ["x" * (k + 1) for k in range(5)] and all(type(v) is np.str_ for v in s)
+    assert b == [b"y" * k for k in range(5)] and i.tolist() == list(range(5))
+    # an ArrayDataset string column: the column's width, whatever the first row holds
+    ds = fastload.ArrayDataset(np.array(["a", "bbbbbbbb", "cc"]), np.arange(3))
+    with fastload.Loader(ds, 3, num_workers=num_workers) as loader:
+        ((text, n),) = list(loader)
+    assert text.dtype == np.dtype("<U8") and text.tolist() == ["a", "bbbbbbbb", "cc"]
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+def test_a_strided_memmap_view_is_reopened_not_pickled(tmp_path, start_method):
+    import pickle
+
+    path = tmp_path / "x.npy"
+    np.save(path, np.arange(40_000.0).reshape(1000, 40))
+    view = np.load(path, mmap_mode="r")[:, 8:24]  # not contiguous
+    ds = fastload.ArrayDataset(view)
+    assert len(pickle.dumps(ds)) < 4096  # a file name and strides, not 128 kB of rows
+    with fastload.Loader(ds, 100, num_workers=2, start_method=start_method) as loader:
+        got = np.concatenate(list(loader))
+    assert np.array_equal(got, np.asarray(view))

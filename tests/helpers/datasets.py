@@ -405,3 +405,13 @@ class FailingGetitems:
         if not self.mismatch and self.bad in indices:
             raise KeyError(f"no batch with {self.bad}")
         return [self[i] for i in indices]
+
+
+class NumpyStrings:
+    """(np.str_ of i + 1 characters, np.bytes_, i)."""
+
+    def __len__(self) -> int:
+        return 5
+
+    def __getitem__(self, i: int) -> Any:
+        return np.str_("x" * (i + 1)), np.bytes_(b"y" * i), i
