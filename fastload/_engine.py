@@ -156,7 +156,7 @@ class Engine:
         """num_workers=0: the workers' fill path (fastload/_fill.py), into a private buffer."""
         assert self.filler is not None
         self.layout, batch = self.filler.load(self.layout, self.plan.batch(epoch, b),
-                                              self.cfg.batch_size, self.plan.seed, epoch,
+                                              self.plan.rows, self.plan.seed, epoch,
                                               self.cfg.sample_spec)
         return batch
 
@@ -221,7 +221,7 @@ class Engine:
             return
         b, warm = self.consumed, 0 if self.warmed else self.cfg.num_workers
         firsts = [int(self.plan.batch(e, b + k)[0]) for k in range(max(1, min(warm, nb - b)))]
-        self.mail.send_probe(m.Probe(self.cid, firsts[0], self.cfg.batch_size, self.plan.seed,
+        self.mail.send_probe(m.Probe(self.cid, firsts[0], self.plan.rows, self.plan.seed,
                                      e, self.cfg.sample_spec), firsts[1:])
         self.warmed = True
 

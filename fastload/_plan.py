@@ -62,6 +62,14 @@ class EpochPlan:
         self._plans: dict[int, list[_Array]] = {}
 
     @property
+    def rows(self) -> int:
+        """The most samples a batch can hold: the rows a slot needs (batch_size=10**9 on 100
+        samples needs 100 rows, not 10**9; a batch plan's batches can be up to batch_size)."""
+        if self.batch_plan is not None:
+            return self.batch_size
+        return max(1, min(self.batch_size, self.n_local))
+
+    @property
     def ahead(self) -> bool:
         """Whether the queue may plan the next epoch before it starts (not with a batch plan)."""
         return self.batch_plan is None

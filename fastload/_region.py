@@ -16,10 +16,50 @@ import mmap
 import os
 import tempfile
 
-__all__ = ["SharedRegion"]
+__all__ = ["SharedRegion", "available_bytes"]
 
 
-def _new_fd(nbytes: int) -> int:
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max": no limit
+
+
+def available_bytes() -> int | None:
+    """What a new region may take: the machine's MemAvailable, and no more than the room left
+    under this process's cgroup memory limit (v2 or v1); None where neither can be read."""
+    room: list[int] = []
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    room.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        lim, used = _read_int(limit), _read_int(usage)
+        if lim is not None and used is not None and lim < 1 << 60:
+            room.append(max(0, lim - used))
+            break
+    return min(room) if room else None
+
+
+def _new_fd(nbytes: int, what: str) -> int:
+    avail = available_bytes()
+    if avail is not None and nbytes > avail:
+        # posix_fallocate of a memfd under overcommit grows until the OOM killer picks a
+        # process (any, on the machine): refuse it here, saying what asked for how much.
+        raise MemoryError(
+            f"fastload would need {nbytes / 2**20:,.1f} MiB of shared memory for {what}, and "
+            f"only {avail / 2**20:,.1f} MiB are available (MemAvailable, or the cgroup's memory "
+            "limit); reduce batch_size, prefetch, max_held or num_workers"
+        )
     if hasattr(os, "memfd_create"):
         fd = os.memfd_create("fastload", os.MFD_CLOEXEC)
     else:  # pragma: no cover - macOS
@@ -49,10 +89,10 @@ def _new_fd(nbytes: int) -> int:
 class SharedRegion:
     """A shared mapping of ``nbytes``; ``fd`` is passed to workers, who call :meth:`attach`."""
 
-    def __init__(self, nbytes: int, fd: int | None = None) -> None:
+    def __init__(self, nbytes: int, fd: int | None = None, what: str = "a region") -> None:
         self.nbytes = nbytes
         self.owner = fd is None
-        self.fd = _new_fd(nbytes) if fd is None else fd
+        self.fd = _new_fd(nbytes, what) if fd is None else fd
         try:
             self.mm = mmap.mmap(self.fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:

@@ -102,7 +102,10 @@ class SlotTable:
     def __init__(self, layout: BatchLayout, nslots: int, counters: dict[str, int]) -> None:
         ctl = _ring.control_nbytes(nslots)
         data_offset = -(-ctl // PAGE) * PAGE
-        self.region = SharedRegion(data_offset + nslots * layout.slot_bytes)
+        self.region = SharedRegion(
+            data_offset + nslots * layout.slot_bytes,
+            what=f"{nslots} slots of {layout.slot_bytes / 2**20:,.2f} MiB (batches of "
+                 f"{layout.batch_size} samples of {layout.describe_size()})")
         try:
             self.ring = _ring.RingIndex.create(
                 self.region.mm, nslots, layout.slot_bytes, data_offset, os.getpid()

@@ -275,6 +275,13 @@ class BatchLayout:
             return node[3](*kids)
         return dict(zip(node[3], kids))
 
+    def describe_size(self) -> str:
+        """A sample's size in a slot, for error messages."""
+        rows = sum(f.row_bytes for f in self.fields)
+        extra = f" + {self.var_bytes / 2**20:,.2f} MiB of room for objects per slot" \
+            if self.var_bytes else ""
+        return f"{rows:,} bytes{extra}"
+
     def describe(self) -> str:
         """One line per leaf, for error messages and ``repr``."""
         lines = [f"  {f.path}: {f.dtype} {f.shape}" for f in self.fields]
