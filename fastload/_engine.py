@@ -12,7 +12,9 @@ epoch, so workers keep filling while the user is between epochs.
 NOTE [pool callbacks]
 workers_died / workers_restarted run in whichever thread checks the pool (another loader's,
 maybe): they only append to ``pending``, reclaim slots (one CAS in C each) and send attach
-messages; this loader raises what they found, in its own thread.
+messages; this loader raises what they found, in its own thread. A slot this loader waits on
+may so become FREE (its batch abandoned after its worker died): the wait then raises the
+verdict from ``pending`` (the callback appends it before the pool's lock is released).
 
 NOTE [first samples]
 A batch layout comes from the first sample (fastload/layout.py), loaded by worker 0 (the
@@ -202,14 +204,16 @@ class Engine:
             pool.bell.ring()
 
     def _wait_slot(self, slot: int) -> int:
+        """The slot's word once READY or FAILED (FREE: NOTE [pool callbacks])."""
         assert self.slots is not None
         ring, wait = self.slots.ring, Deadline(self.cfg.timeout, self.cfg.on_stall)
         while True:
             word = ring.wait(slot, wait.step())
-            if word >= 0:
+            if word >= 0 and _ring.state_bits(word)[0] != _ring.FREE:
                 return int(word)
-            self._check_workers()
+            self._check_workers()  # waits for the pool's lock: the verdict is in pending then
             wait.check(lambda: self.slots.why_late(slot))  # type: ignore[union-attr]
+            time.sleep(0.001 if word >= 0 else 0)  # (never spin on a FREE slot)
 
     # -- the first sample and the region -----------------------------------------------------
     def _send_probe(self) -> None:
@@ -250,8 +254,7 @@ class Engine:
 
     def _attach(self, i: int) -> None:
         assert self.pool is not None and self.slots is not None
-        # A dead worker is re-attached when check() has restarted it (workers_restarted).
-        region = self.slots.region
+        region = self.slots.region  # a restarted worker is attached by workers_restarted
         self.pool.send(i, m.Attach(self.cid, self.layout, region.nbytes), region.fd)
 
     # -- messages and deaths -----------------------------------------------------------------
@@ -299,9 +302,8 @@ class Engine:
     def workers_restarted(self, restarted: list[int]) -> None:
         """The pool restarted these workers (they have this loader's dataset again)."""
         self.counters["worker_restarts"] += len(restarted)
-        if self.slots is not None:
-            for i in restarted:
-                self._attach(i)
+        for i in restarted if self.slots is not None else []:
+            self._attach(i)
 
     # -- shutdown, resume, stats -------------------------------------------------------------
     def close(self, reason: str = "close() was called") -> None:

@@ -18,7 +18,13 @@ __all__ = ["Mailbox"]
 
 class Mailbox:
     """Messages of one client (``cid``) of a worker pool. ``collect`` may run in another
-    loader's thread (NOTE [pool callbacks] in _engine.py): it only files messages."""
+    loader's thread (NOTE [pool callbacks] in _engine.py): it only files messages.
+
+    NOTE [lock order]
+    The pool's lock may be held while a mailbox's lock is taken (the pool's death callbacks
+    collect every client's messages), never the other way round: ``collect`` takes what the
+    pool routed (the pool's lock, released) before it takes its own lock to file it. Loaders of
+    one Pool in several threads cannot deadlock on these two locks."""
 
     def __init__(self, pool: WorkerPool, cid: int, timeout: float | None = None) -> None:
         self.pool = pool
@@ -52,8 +58,11 @@ class Mailbox:
         """File the messages routed to us; raise what stops the loader from starting (after
         filing the rest)."""
         first: BaseException | None = None
+        routed = self.pool.take(self.cid)  # NOTE [lock order]: the pool's lock, not under ours
+        if not routed:
+            return
         with self.lock:
-            for i, msg in self.pool.take(self.cid):
+            for i, msg in routed:
                 try:
                     self._note(i, msg)
                 except BaseException as e:

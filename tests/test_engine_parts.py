@@ -181,6 +181,23 @@ def test_mailbox_never_hands_an_abandoned_batch_its_message():
     assert mail.msgs == {}  # what older tasks left behind is dropped
 
 
+def test_collect_never_takes_the_pools_lock_under_its_own():
+    """NOTE [lock order]: the pool's death callbacks take a mailbox's lock under the pool's, so
+    a mailbox must not wait for the pool's lock while holding its own."""
+    from fastload._mailbox import Mailbox
+
+    class Strict(_FakePool):
+        def take(self, cid):
+            assert not mail.lock.locked(), "pool lock taken under the mailbox's lock"
+            return super().take(cid)
+
+    pool = Strict()
+    mail = Mailbox(pool, 7)
+    pool.routed = [(0, m.Spill(7, 1, 3, b"x"))]
+    mail.collect()
+    assert mail.msgs == {(1, 3): m.Spill(7, 1, 3, b"x")}
+
+
 def test_a_batch_message_that_never_comes_is_a_timeout_not_a_hang():
     from fastload._mailbox import Mailbox
 

@@ -417,3 +417,33 @@ def test_two_loaders_in_two_threads(tmp_path):
         assert pool._workers.restarts == 1
         a.close()
         b.close()
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(60)
+def test_a_death_noticed_in_another_thread_is_raised_by_the_loader_that_lost_it():
+    """The pool's check() in another thread (another loader's, here the test's) sees the death
+    first: the waiting loader's slot is abandoned under it, and it must raise WorkerDied, not
+    deliver that slot or fail inside."""
+    import threading
+
+    from helpers.faults import SlowThenExit
+
+    with fastload.Pool(2) as pool:
+        loader = fastload.Loader(SlowThenExit(16, 5, 0.5), 4, pool=pool)
+        got: list[object] = []
+        t = threading.Thread(target=lambda: got.append(_outcome(loader)))
+        t.start()
+        while t.is_alive():  # "another loader's thread": checks the pool as fast as it can
+            pool._workers.check()
+        t.join()
+        assert len(got) == 1 and isinstance(got[0], fastload.WorkerDied), got
+        assert "EXIT(7)" in str(got[0]) and "sample index 5" in str(got[0])
+        loader.close()
+
+
+def _outcome(loader):
+    try:
+        return [b.tolist() for b in loader]
+    except BaseException as e:  # what the loader's own thread raised
+        return e

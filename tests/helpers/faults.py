@@ -120,3 +120,21 @@ class HangAt(_Misbehave):
 
     def misbehave(self) -> None:
         time.sleep(self.seconds)
+
+
+class SlowThenExit:
+    """Sample `index` waits `delay` seconds, then its worker exits (code 7): a death another
+    thread can notice before the thread waiting for that batch does."""
+
+    def __init__(self, n: int, index: int, delay: float) -> None:
+        self.n, self.index, self.delay = n, index, delay
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        if i == self.index:
+            time.sleep(self.delay)
+            silence_stderr()
+            os._exit(7)
+        return np.int64(i)
