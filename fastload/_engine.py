@@ -259,8 +259,8 @@ class Engine:
 
     # -- messages and deaths -----------------------------------------------------------------
     def _check_workers(self) -> None:
-        """Detect dead workers (of the pool, whichever loader they were serving), have them
-        restarted, and raise what their death means for this loader (see workers_died)."""
+        """Closed by another thread (pool.close())? Dead workers (any loader's)? Raise it here."""
+        self.check_usable()
         if self.pool is None:
             return
         self._last_check = time.monotonic()

@@ -65,12 +65,19 @@ def state_bits(uint32_t word):
 
 cdef class _Mapped:
     """A writable buffer, kept exported (so it cannot be unmapped) until :meth:`close`; the base
-    of the classes over shared memory below. Every method of a closed one raises ValueError."""
+    of the classes over shared memory below. Every method of a closed one raises ValueError
+    (but RingIndex.wait, which returns -2).
+
+    A thread inside a wait (GIL released) keeps the export: :meth:`close` from another thread
+    then only forbids new calls, and the last thread to leave its wait drops the export, so the
+    region is never unmapped under a C loop that reads it."""
     cdef Py_buffer _view
     cdef bint _has_view
     cdef void *_mem
     cdef size_t _nbytes
     cdef str _what
+    cdef int _inside  # threads in a wait on this buffer (changed with the GIL held)
+    cdef bint _close_pending
 
     def __cinit__(self, buffer, *args, **kwargs):
         PyObject_GetBuffer(buffer, &self._view, PyBUF_WRITABLE | PyBUF_SIMPLE)
@@ -85,15 +92,31 @@ cdef class _Mapped:
             self._has_view = False
 
     def close(self):
-        """Drop the buffer export (idempotent). Every other method then raises ValueError."""
+        """Drop the buffer export (idempotent; deferred while a thread waits inside). Every
+        other method then raises ValueError."""
+        self._mem = NULL
+        if self._inside:
+            self._close_pending = True
+        else:
+            self._release()
+
+    cdef void _release(self) noexcept:
         if self._has_view:
-            self._mem = NULL
             PyBuffer_Release(&self._view)
             self._has_view = False
+        self._close_pending = False
+
+    cdef inline void _enter(self) noexcept:
+        self._inside += 1
+
+    cdef inline void _leave(self) noexcept:
+        self._inside -= 1
+        if self._close_pending and self._inside == 0:
+            self._release()
 
     @property
     def closed(self):
-        return not self._has_view
+        return self._mem == NULL
 
     cdef inline void *_m(self) except NULL:
         if self._mem == NULL:
@@ -151,8 +174,10 @@ cdef class RingIndex(_Mapped):
         cdef uint32_t slot = 0, state = 0
         cdef int64_t ns = _to_ns(timeout)
         cdef int rc
+        self._enter()
         with nogil:
             rc = fl_ring_claim(m, worker_id, ns, &slot, &state)
+        self._leave()
         if rc == FL_OK:
             return slot, state
         if rc == FL_ETIMEOUT:
@@ -174,14 +199,18 @@ cdef class RingIndex(_Mapped):
     def wait(self, long long slot, double timeout):
         """[parent] Wait (GIL released) up to ``timeout`` s for ``slot`` to be done.
 
-        Returns the state word, or -1 on timeout."""
-        cdef void *m = self._m()
+        Returns the state word, -1 on timeout, -2 if the ring was closed (by another thread)."""
+        if self._mem == NULL:
+            return -2
+        cdef void *m = self._mem
         self._slot_ok(slot)
         cdef uint32_t state = 0
         cdef int64_t ns = _to_ns(timeout)
         cdef int rc
+        self._enter()
         with nogil:
             rc = fl_ring_wait(m, slot, ns, &state)
+        self._leave()
         if rc == FL_ETIMEOUT:
             return -1
         _check(rc, f"waiting for slot {slot}")
@@ -315,8 +344,10 @@ cdef class Bell(_Mapped):
         cdef void *m = self._m()
         cdef int64_t ns = _to_ns(timeout)
         cdef int rc
+        self._enter()
         with nogil:
             rc = fl_bell_wait(m, seen, ns)
+        self._leave()
         if rc == FL_OK:
             return True
         if rc == FL_ETIMEOUT:

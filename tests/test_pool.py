@@ -447,3 +447,21 @@ def _outcome(loader):
         return [b.tolist() for b in loader]
     except BaseException as e:  # what the loader's own thread raised
         return e
+
+
+@pytest.mark.timeout(90)
+def test_closing_the_pool_while_another_thread_waits_for_a_batch():
+    """The waiting thread is inside the C wait on the loader's region: closing must not unmap
+    it there (the process died with SIGSEGV) but wake it with LoaderClosedError."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = str(Path(__file__).parent)
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from helpers.pool import close_pool_under_a_waiting_thread as run\n"
+            "run()\n" % tests)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=80)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stdout,
+                                                                   proc.stderr[-2000:])

@@ -157,11 +157,14 @@ def test_ring_keeps_buffer_exported_until_closed():
     r.close()
     r.close()  # idempotent
     assert r.closed and r.stopped
-    for call in (lambda: r.queue(0, 0, 0, 1), lambda: r.claim(1, 0), lambda: r.wait(0, 0),
+    for call in (lambda: r.queue(0, 0, 0, 1), lambda: r.claim(1, 0),
                  lambda: r.release(0), lambda: r.cancel(0), lambda: r.reclaim(1), r.stop,
                  lambda: r.state(0), lambda: r.slot_info(0), r.stats):
         with pytest.raises(ValueError):
             call()
+    # wait() says "closed" instead: another thread may close the ring between a loader's
+    # last check and its wait (pool.close()), and the loader then raises LoaderClosedError
+    assert r.wait(0, 0) == -2
     mm.close()
 
 
@@ -526,3 +529,24 @@ def test_bell_wait_returns_at_once_timeout_or_ring():
     assert bell.wait(bell.value(), 30.0) is None  # stopped: at once
     bell.close()
     m.close()
+
+
+def test_close_from_another_thread_keeps_the_buffer_until_the_waiter_leaves():
+    """pool.close() in one thread, ring.wait() in another: the buffer stays exported (mapped)
+    until the waiter is out of the C loop; then wait() says closed (-2), never touches it."""
+    off, total = geometry(4, 256)
+    mm = mmap.mmap(-1, total)
+    r = RingIndex.create(mm, 4, 256, off, os.getpid())
+    r.queue(0, 1, 0, 1)  # QUEUED and never claimed: wait() sleeps its whole timeout
+    got = []
+    t = threading.Thread(target=lambda: got.append(r.wait(0, 0.5)))
+    t.start()
+    time.sleep(0.1)
+    r.close()
+    assert r.closed
+    with pytest.raises(BufferError):
+        mm.close()  # the waiter still holds the export: unmapping now would crash it
+    t.join(5)
+    assert got == [-1]  # it timed out normally, reading a mapped buffer
+    assert r.wait(0, 0.1) == -2 and r.closed
+    mm.close()  # the last waiter left: the export is gone

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -69,3 +70,45 @@ def pid_of_worker(_: int) -> int:
 
 def failing_init(worker_id: int) -> None:
     raise OSError(f"worker {worker_id}: no accelerator here")
+
+
+class SlowSamples:
+    """Every sample takes `delay` seconds (a batch is still loading when the pool closes)."""
+
+    def __init__(self, n: int = 100, delay: float = 0.3) -> None:
+        self.n, self.delay = n, delay
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        time.sleep(self.delay)
+        return np.zeros(1000)
+
+
+def close_pool_under_a_waiting_thread(rounds: int = 4) -> None:
+    """Run in a fresh interpreter by tests/test_pool.py: a thread waits inside the ring for a
+    batch while the main thread closes the pool; the thread must get LoaderClosedError."""
+    import threading
+
+    import fastload
+
+    for k in range(rounds):
+        pool = fastload.Pool(2)
+        loader = fastload.Loader(SlowSamples(), 4, pool=pool)
+        out: list[Any] = []
+
+        def run() -> None:
+            try:
+                out.append([b.shape for b in loader])
+            except BaseException as e:
+                out.append(e)
+
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(0.45 + 0.1 * k)  # the thread is inside ring.wait (GIL released) by now
+        pool.close()
+        t.join(10)
+        assert not t.is_alive(), "the waiting thread hangs"
+        assert isinstance(out[0], fastload.LoaderClosedError), out
+    print("ok")
