@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from . import _messages as m
 from ._config import PoolConfig
 from ._worker import worker_main
+from .errors import WorkerDied
 
 __all__ = ["Pool", "PoolClient", "WorkerPool", "exit_code_name", "default_start_method"]
 
@@ -280,6 +281,10 @@ class WorkerPool:
             for k in _THREAD_ENV:  # before the child imports NumPy (spawn/forkserver)
                 os.environ.setdefault(k, "1")
             p.start()
+        except BaseException:
+            parent_conn.close()  # no process: its pipe goes too (check() tries again)
+            child_conn.close()
+            raise
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -312,24 +317,40 @@ class WorkerPool:
         return dead
 
     def check(self) -> None:
-        """Restart dead workers; tell every client before (reclaim) and after (re-attach)."""
+        """Restart dead workers; tell every client before (reclaim) and after (re-attach). A
+        worker whose restart failed (fork: EAGAIN, EMFILE, ENOMEM) is started again at the next
+        check, and until then every check raises WorkerDied saying so."""
         with self.lock:
             if self.closed:
                 return
             dead = self.dead_workers(0)
-            if not dead:
+            missing = [i for i, p in enumerate(self.procs) if p is None]  # a failed restart
+            if not dead and not missing:
                 return
             deaths = []
             for i in dead:
                 self.pump(i, 0)  # what it sent before dying (errors, spills) reaches its client
                 deaths.append(m.Death(i, self.pid_of(i), self.exitcode(i)))
             clients = list(self.clients.values())
-            for c in clients:
-                c.workers_died(deaths)
-            for i in dead:
-                self.restart(i)
-            for c in clients:
-                c.workers_restarted(dead)
+            if deaths:
+                for c in clients:
+                    c.workers_died(deaths)
+            restarted, failed = [], []
+            for i in dead + missing:
+                try:
+                    self.restart(i)
+                    restarted.append(i)
+                except OSError as e:
+                    failed.append(f"worker {i}: {type(e).__name__}: {e}")
+            if restarted:
+                for c in clients:
+                    c.workers_restarted(restarted)
+            if failed:
+                raise WorkerDied(
+                    f"could not start a worker again after it died ({'; '.join(failed)}); "
+                    "free processes, file descriptors or memory: it is tried again at the next "
+                    "batch"
+                )
 
     def pid_of(self, i: int) -> int | None:
         p = self.procs[i]

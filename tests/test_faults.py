@@ -124,3 +124,31 @@ def test_worker_killed_while_idle_is_restarted_quietly():
             time.sleep(0.02)
         assert [i for b in loader for i in b.tolist()] == list(range(4))
         assert all(p.is_alive() for p in eng.pool.procs)
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(60)
+def test_a_failed_restart_raises_then_the_worker_is_started_again(tmp_path, monkeypatch):
+    from fastload._pool import WorkerPool
+
+    real = WorkerPool.start_worker
+    calls = []
+
+    def flaky(self, i):
+        calls.append(i)
+        if len(calls) == 3:  # the 2 workers started; the first restart hits EAGAIN
+            raise BlockingIOError(11, "Resource temporarily unavailable (fork)")
+        return real(self, i)
+
+    monkeypatch.setattr(WorkerPool, "start_worker", flaky)
+    ds = KillFirstTimes(40, bad=13, times=1, flag_dir=str(tmp_path))
+    with fastload.Loader(ds, 4, num_workers=2, on_worker_death="restart", timeout=30) as loader:
+        with pytest.raises(fastload.WorkerDied, match=r"could not start a worker again.*"
+                           r"BlockingIOError.*tried again at the next batch"):
+            list(loader)
+        # the next epoch's first check (the loader checks the pool every 0.1 s) starts the
+        # missing worker, and the epoch runs whole
+        time.sleep(0.2)
+        assert [i for b in loader for i in b[0].tolist()] == list(range(40))
+        assert all(p is not None and p.is_alive() for p in loader._engine.pool.procs)
+    assert len(calls) >= 4
