@@ -7,7 +7,9 @@ Batch data never travels through the pipe: workers write straight into slots. Me
 rare (set-up, errors, object leaves that did not fit a slot), never one per batch.
 
 Parent -> worker: ``Bell`` + the pool's bell fd (sent first, once); ``AddDataset`` (a new
-client); ``Probe`` (load one sample, reply ``ProbeStarted`` then ``LayoutFound`` or
+client; a dataset pickled to more than 64 KiB travels as ``AddDatasetFd`` + a memfd holding it,
+so that no large write to a worker's pipe can wait on a worker that waits to write to us);
+``Probe`` (load one sample, reply ``ProbeStarted`` then ``LayoutFound`` or
 ``ProbeFailed``); ``Attach`` + the client's region fd (map it, start filling its ring);
 ``Detach`` (drop the client's dataset, unmap its region); ``Stop`` (exit 0). An fd follows its
 message on the pipe as an SCM_RIGHTS message (multiprocessing.reduction.send_handle).
@@ -30,7 +32,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 __all__ = [
-    "Bell", "AddDataset", "Probe", "Attach", "Detach", "Stop",
+    "Bell", "AddDataset", "AddDatasetFd", "Probe", "Attach", "Detach", "Stop",
     "ProbeStarted", "LayoutFound", "ProbeFailed", "BatchFailed", "Spill", "SpillFd",
     "DatasetFailed",
     "InitFailed", "Death",
@@ -45,6 +47,11 @@ class Bell(NamedTuple):
 class AddDataset(NamedTuple):
     cid: int
     payload: bytes  # the pickled dataset
+
+
+class AddDatasetFd(NamedTuple):
+    cid: int
+    nbytes: int  # a large pickled dataset, in a memfd whose fd follows (NOTE [worker protocol])
 
 
 class Probe(NamedTuple):

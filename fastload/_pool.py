@@ -232,16 +232,24 @@ class WorkerPool:
         different threads may share the pool, and a worker reads an fd right after its message.
         Then wake the workers that sleep on the bell, so they read it now. False if worker i is
         dead (check() restarts it, and the restart sends the datasets and regions it needs)."""
-        with self.lock:
-            conn, p = self.conns[i], self.procs[i]
-            if conn is None or p is None:
-                return False
-            try:
-                conn.send(msg)
-                if fd is not None:
-                    send_handle(conn, fd, p.pid)
-            except (OSError, EOFError):
-                return False
+        owned = None
+        if isinstance(msg, m.AddDataset) and len(msg.payload) > _INLINE_BYTES and _HAVE_MEMFD:
+            owned = fd = _memfd_of(msg.payload)
+            msg = m.AddDatasetFd(msg.cid, len(msg.payload))
+        try:
+            with self.lock:
+                conn, p = self.conns[i], self.procs[i]
+                if conn is None or p is None:
+                    return False
+                try:
+                    conn.send(msg)
+                    if fd is not None:
+                        send_handle(conn, fd, p.pid)
+                except (OSError, EOFError):
+                    return False
+        finally:
+            if owned is not None:
+                os.close(owned)
         self.wake()
         return True
 
@@ -590,6 +598,23 @@ class Pool:
             f"<fastload.Pool num_workers={w.num_workers} start_method={w.start_method!r} "
             f"{state}>"
         )
+
+
+#: Larger messages to a worker go in a memfd (NOTE [worker protocol]): a pipe holds ~200 KiB.
+_INLINE_BYTES = 64 * 1024
+_HAVE_MEMFD = hasattr(os, "memfd_create")
+
+
+def _memfd_of(data: bytes) -> int:
+    fd = os.memfd_create("fastload-message", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _map_spill(msg: m.SpillFd, fd: int) -> m.Spill:

@@ -252,6 +252,17 @@ class _Client:
             self.worker.conn.send(m.Spill(self.cid, slot, info["seq"], spill))
 
 
+def _read_all(fd: int, nbytes: int) -> list[bytes]:
+    parts, off = [], 0
+    while off < nbytes:
+        part = os.pread(fd, nbytes - off, off)
+        if not part:
+            raise EOFError(f"a {nbytes}-byte message ended after {off} bytes")
+        parts.append(part)
+        off += len(part)
+    return parts
+
+
 #: Oversized variable images travel in a memfd of their own where there is memfd_create.
 _USE_MEMFD = hasattr(os, "memfd_create")
 
@@ -349,9 +360,17 @@ class _Worker:
             self.bell_region = SharedRegion.attach(fd, msg.nbytes)
             self.bell = Bell(self.bell_region.mm)
             return True
-        if isinstance(msg, m.AddDataset):
+        if isinstance(msg, (m.AddDataset, m.AddDatasetFd)):
             try:
-                self.add_client(msg.cid, pickle.loads(msg.payload))
+                if isinstance(msg, m.AddDatasetFd):
+                    fd = recv_handle(self.conn)
+                    try:
+                        payload = b"".join(_read_all(fd, msg.nbytes))
+                    finally:
+                        os.close(fd)
+                else:
+                    payload = msg.payload
+                self.add_client(msg.cid, pickle.loads(payload))
             except BaseException as e:
                 self.conn.send(m.DatasetFailed(msg.cid, pack_exception(e, None, self.worker_id)))
             return True

@@ -465,3 +465,22 @@ def test_closing_the_pool_while_another_thread_waits_for_a_batch():
                           timeout=80)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stdout,
                                                                    proc.stderr[-2000:])
+
+
+@pytest.mark.timeout(60)
+def test_a_large_dataset_reaches_pool_workers_in_a_memfd(start_method, monkeypatch):
+    """16 MiB of pickled dataset to every worker of a running pool: no large pipe write (the
+    parent would wait in send() under the pool's lock while a worker waits to send to it)."""
+    from fastload import _pool
+    from helpers.pool import Heavy
+
+    made = []
+    real = _pool._memfd_of
+    monkeypatch.setattr(_pool, "_memfd_of", lambda data: made.append(len(data)) or real(data))
+    with fastload.Pool(2, start_method=start_method) as pool:
+        with fastload.Loader(Heavy(16), 8, pool=pool) as loader:
+            got = [b[:, 0].tolist() for b in loader]
+        with fastload.Loader(Range(6), 3, pool=pool) as small:  # small ones stay on the pipe
+            assert [b.tolist() for b in small] == [[0, 1, 2], [3, 4, 5]]
+    assert got == [[i * 1000 for i in range(k, k + 8)] for k in range(0, 32, 8)]
+    assert len(made) == 2 and min(made) > 16 << 20  # one memfd per worker, the whole dataset

@@ -98,7 +98,7 @@ def close_pool_under_a_waiting_thread(rounds: int = 4) -> None:
         loader = fastload.Loader(SlowSamples(), 4, pool=pool)
         out: list[Any] = []
 
-        def run() -> None:
+        def run(loader: Any = loader, out: list[Any] = out) -> None:
             try:
                 out.append([b.shape for b in loader])
             except BaseException as e:
@@ -112,3 +112,16 @@ def close_pool_under_a_waiting_thread(rounds: int = 4) -> None:
         assert not t.is_alive(), "the waiting thread hangs"
         assert isinstance(out[0], fastload.LoaderClosedError), out
     print("ok")
+
+
+class Heavy:
+    """A dataset that pickles to `mib` MiB (its table travels to each worker of a Pool)."""
+
+    def __init__(self, mib: int = 16) -> None:
+        self.table = np.arange((mib << 20) // 8, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return 32
+
+    def __getitem__(self, i: int) -> Any:
+        return self.table[i * 1000: i * 1000 + 4].copy()
