@@ -64,7 +64,7 @@ class DeathPolicy:
             for index in mine:
                 self.kills[index] = self.kills.get(index, 0) + 1
             any_lost = any_lost or bool(mine)
-            if not mine:
+            if not mine and not d.started:  # a worker that dies idle after it started is not
                 n_idle = self.idle_deaths[d.worker] = self.idle_deaths.get(d.worker, 0) + 1
                 if n_idle >= MAX_KILLS_PER_SAMPLE:
                     # Dying without ever holding a batch, again and again: a start-up failure

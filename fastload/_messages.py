@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "Bell", "AddDataset", "AddDatasetFd", "Probe", "Attach", "Detach", "Stop",
-    "ProbeStarted", "LayoutFound", "ProbeFailed", "BatchFailed", "Spill", "SpillFd",
+    "ProbeStarted", "LayoutFound", "ProbeFailed", "BatchFailed", "Spill", "SpillFd", "Started",
     "DatasetFailed",
     "InitFailed", "Death",
 ]
@@ -125,6 +125,11 @@ class InitFailed(NamedTuple):
     cid: int = -1  # every client
 
 
+class Started(NamedTuple):
+    worker: int  # it unpickled its first dataset and ran worker_init: a later death is not
+    cid: int = -2  # a failure to start (the pool keeps this one, no client gets it)
+
+
 # -- pool -> its clients (in the parent) ----------------------------------------------------
 class Death(NamedTuple):
     """A worker the pool found dead (reported to every client before it is restarted)."""
@@ -132,3 +137,4 @@ class Death(NamedTuple):
     worker: int
     pid: int | None
     exitcode: int | None
+    started: bool = True  # it had said Started: it did not die while starting

@@ -127,6 +127,7 @@ class WorkerPool:
         self.payloads: dict[int, bytes] = {}  # cid -> pickled dataset, kept for restarts
         self.inbox: dict[int, deque[tuple[int, Any]]] = {}  # cid -> (worker, message)
         self.incarnation = [0] * num_workers
+        self.started = [False] * num_workers  # said Started (NOTE [worker protocol])
         # The first client of a private pool: inherited under fork, pickled once otherwise.
         if worker_init is not None and method != "fork":
             _check_picklable_init(worker_init, method)
@@ -190,6 +191,9 @@ class WorkerPool:
 
     # -- messages ----------------------------------------------------------------------------
     def _route(self, i: int, msg: Any) -> None:
+        if isinstance(msg, m.Started):
+            self.started[i] = True
+            return
         if isinstance(msg, m.InitFailed):
             for box in self.inbox.values():
                 box.append((i, msg))
@@ -262,6 +266,7 @@ class WorkerPool:
     # -- workers -----------------------------------------------------------------------------
     def start_worker(self, i: int) -> None:
         parent_conn, child_conn = self.ctx.Pipe(duplex=True)
+        self.started[i] = False
         p = self.ctx.Process(
             target=worker_main,
             args=(
@@ -338,7 +343,7 @@ class WorkerPool:
             deaths = []
             for i in dead:
                 self.pump(i, 0)  # what it sent before dying (errors, spills) reaches its client
-                deaths.append(m.Death(i, self.pid_of(i), self.exitcode(i)))
+                deaths.append(m.Death(i, self.pid_of(i), self.exitcode(i), self.started[i]))
             clients = list(self.clients.values())
             if deaths:
                 for c in clients:

@@ -112,6 +112,7 @@ def worker_main(
         conn.send(m.InitFailed(pack_exception(e, None, worker_id)))
         _drain_and_close(conn)
         os._exit(1)
+    conn.send(m.Started(worker_id))
     worker.run()
     os._exit(0)
 
