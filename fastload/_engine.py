@@ -142,10 +142,7 @@ class Engine:
             raise StopIteration
         b = self.consumed
         try:
-            if self.pool is None:
-                batch = self._inprocess_batch(epoch, b)
-            else:
-                batch = self._worker_batch(epoch)
+            batch = self._worker_batch(epoch) if self.pool else self._inprocess_batch(epoch, b)
         except BaseException:
             self.abort_epoch()
             raise
@@ -166,8 +163,7 @@ class Engine:
     def _worker_batch(self, epoch: int) -> Any:
         if self.slots is None:
             self._setup_region()
-        slots = self.slots
-        assert slots is not None
+        assert (slots := self.slots) is not None
         if self.pending or time.monotonic() - self._last_check > POLL_INTERVAL_S:
             self._check_workers()  # also while data flows: a worker may have died idle
         self._refill()
@@ -176,13 +172,17 @@ class Engine:
         word = self._wait_slot(task.slot)
         slots.inflight.popleft()
         assert self.mail is not None and self.layout is not None
+        info, spilled = slots.ring.slot_info(task.slot), None  # info["pid"]: who published it
         if _ring.state_bits(word)[0] == _ring.FAILED:
             slots.release(task.slot)
             what = f"batch {task.batch} of epoch {epoch}"
-            self.mail.raise_failure(task.slot, task.seq, word, what)
-        info, spilled = slots.ring.slot_info(task.slot), None
+            self.mail.raise_failure(task.slot, task.seq, word, what, info["pid"])
         if self.layout.n_objects and info["flags"] & _ring.F_SPILLED:
-            spilled = self.mail.spilled_image(task.slot, task.seq, word)
+            spilled = self.mail.spilled_image(task.slot, task.seq, word, info["pid"],
+                                              self.cfg.on_worker_death)
+            if spilled is None:  # restart mode: its worker died before it sent it: load again
+                slots.redo(task, info["count"])
+                return self._worker_batch(epoch)
             self.counters["spilled_batches"] += 1
         batch = slots.deliver(task.slot, info["count"], info["var_bytes"], spilled,
                               self.cfg.copy, self.cfg.max_held)

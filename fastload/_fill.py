@@ -139,6 +139,8 @@ class BatchFiller:
         batch: list[int] | None = None
         ctx = _sample_ctx
         ctx[0], ctx[1] = seed, epoch
+        if ring is not None:  # who loads it, whatever the path (the parent reads it: _mailbox)
+            ring.set_progress(slot, 0, pid)
         try:
             if self.columns is not None and self._gather(packer, layout, slot, indices):
                 pass

@@ -93,32 +93,39 @@ class Mailbox:
                     "before the Pool is created)"
                 ) from exc
 
-    def raise_failure(self, slot: int, seq: int, word: int, what: str) -> NoReturn:
-        """Raise the error of the FAILED slot's batch (its state ``word`` names the worker)."""
+    def raise_failure(self, slot: int, seq: int, word: int, what: str, pid: int) -> NoReturn:
+        """Raise the error of the FAILED slot's batch (its state ``word`` names the worker,
+        ``pid`` its process)."""
         owner = _ring.state_bits(word)[1]
-        msg = self.take(owner, slot, seq)
+        msg = self.take(owner, slot, seq, pid)
         if msg is None:
             raise WorkerDied(
                 f"worker {owner} failed {what} and died before it could report why"
             )
         raise_rebuilt(msg.error)
 
-    def spilled_image(self, slot: int, seq: int, word: int) -> Any:
+    def spilled_image(self, slot: int, seq: int, word: int, pid: int, on_death: str) -> Any:
         """The variable image (object leaves, ragged leaves) of a READY slot's batch that
-        travelled over the pipe because it did not fit the slot."""
+        travelled over the pipe because it did not fit the slot; if its worker died before it
+        sent it: None with ``on_death="restart"`` (the batch is loaded again), else WorkerDied."""
         owner = _ring.state_bits(word)[1]
-        msg = self.take(owner, slot, seq)
+        msg = self.take(owner, slot, seq, pid)
+        if msg is None and on_death == "restart":
+            return None
         if msg is None:
             raise WorkerDied(f"worker {owner} died while sending batch objects")
         return msg.image
 
-    def take(self, worker: int, slot: int, seq: int) -> Any:
-        """The message ``worker`` sent about task ``seq`` in ``slot``, watching its liveness:
-        None if it died before sending it. Tasks are delivered in seq order, so messages of
-        older tasks still filed belong to abandoned batches: they are dropped."""
+    def take(self, worker: int, slot: int, seq: int, pid: int = 0) -> Any:
+        """The message ``worker`` (process ``pid``, if known) sent about task ``seq`` in
+        ``slot``, watching its liveness: None if it died before sending it (also when it was
+        restarted already: the new process never sends it). Tasks are delivered in seq order,
+        so messages of older tasks still filed belong to abandoned batches: they are dropped."""
         key = (slot, seq)
         pool = self.pool
         incarnation = pool.incarnation[worker]
+        if pid and pool.pid_of(worker) != pid:
+            incarnation = -1  # the process that published it is gone
         wait = Deadline(self.timeout, None)
         while True:
             self.collect()

@@ -135,6 +135,16 @@ class SlotTable:
         self.inflight.append(Task(self.seq, slot, epoch, batch))
         self.seq += 1
 
+    def redo(self, task: Task, count: int) -> None:
+        """Queue ``task`` again in its READY slot, first in line: its result is lost (its
+        worker died before sending the part that travels over the pipe). The slot still holds
+        the task's indices and seed; it gets a new seq, so a late message of the old one is
+        dropped."""
+        self.ring.release(task.slot)
+        self.ring.queue(task.slot, self.seq, task.epoch, count)
+        self.inflight.appendleft(task._replace(seq=self.seq))
+        self.seq += 1
+
     def drop(self, slot: int) -> None:
         """Abandon the task in ``slot``: freed now if no worker has it, else once it is done."""
         if self.ring.cancel(slot) or _ring.state_bits(self.ring.state(slot))[0] == _ring.FREE:
