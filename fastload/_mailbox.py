@@ -138,8 +138,24 @@ class Mailbox:
                 self.collect()
                 return self.msgs.pop(key, None)
             wait.check(lambda: f"worker {worker} (pid {pool.pid_of(worker)}) finished the batch "
-                       f"in slot {slot} but has not sent what goes with it (is it stopped?)")
+                       f"in slot {slot} but has not sent what goes with it (its process is "
+                       f"{_process_state(pool.pid_of(worker))}; `kill -USR1 <pid>` prints "
+                       "where it is)")
             pool.pump(worker, wait.step() or POLL_INTERVAL_S)
 
     def clear(self) -> None:
         self.msgs.clear()
+
+
+_STATES = {"R": "running", "S": "sleeping", "D": "in an uninterruptible wait",
+           "T": "stopped (SIGSTOP?)", "t": "stopped by a debugger", "Z": "a zombie"}
+
+
+def _process_state(pid: int | None) -> str:
+    """What Linux says a process is doing, for a timeout's message ("unknown" elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "in an unknown state"
+    return _STATES.get(state, f"in state {state}")

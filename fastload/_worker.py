@@ -89,6 +89,9 @@ def worker_main(
     if hasattr(signal, "pthread_sigmask"):  # the parent blocked SIGINT around our start
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     faulthandler.enable()
+    if hasattr(faulthandler, "register") and hasattr(signal, "SIGUSR1"):
+        # `kill -USR1 <worker pid>` prints where a (stuck) worker is, without stopping it
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     if pdeathsig:
         _set_pdeathsig()
     # Our parent is the loader's process (fork, spawn) or the forkserver, which exits when the

@@ -484,3 +484,21 @@ def test_a_large_dataset_reaches_pool_workers_in_a_memfd(start_method, monkeypat
             assert [b.tolist() for b in small] == [[0, 1, 2], [3, 4, 5]]
     assert got == [[i * 1000 for i in range(k, k + 8)] for k in range(0, 32, 8)]
     assert len(made) == 2 and min(made) > 16 << 20  # one memfd per worker, the whole dataset
+
+
+@pytest.mark.timeout(60)
+def test_sigusr1_makes_a_worker_print_where_it_is_and_go_on(capfd):
+    import signal as _signal
+
+    with fastload.Loader(Range(40), 4, num_workers=1, start_method="fork") as loader:
+        it = iter(loader)
+        assert next(it).tolist() == [0, 1, 2, 3]
+        pid = loader._engine.pool.procs[0].pid
+        os.kill(pid, _signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        err = ""
+        while "Thread" not in err and time.monotonic() < deadline:
+            time.sleep(0.05)
+            err += capfd.readouterr().err
+        assert "Thread" in err and "_worker.py" in err  # faulthandler's dump of its stacks
+        assert [b.tolist() for b in it][-1] == [36, 37, 38, 39]  # and it goes on
