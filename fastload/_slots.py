@@ -138,12 +138,12 @@ class SlotTable:
     def redo(self, task: Task, count: int) -> None:
         """Queue ``task`` again in its READY slot, first in line: its result is lost (its
         worker died before sending the part that travels over the pipe). The slot still holds
-        the task's indices and seed; it gets a new seq, so a late message of the old one is
-        dropped."""
+        the task's indices and seed. It keeps its seq: tasks are delivered in seq order (the
+        mailbox drops messages of older seqs as abandoned, and workers claim the lowest seq
+        first), and its dead worker can send nothing more under it."""
         self.ring.release(task.slot)
-        self.ring.queue(task.slot, self.seq, task.epoch, count)
-        self.inflight.appendleft(task._replace(seq=self.seq))
-        self.seq += 1
+        self.ring.queue(task.slot, task.seq, task.epoch, count)
+        self.inflight.appendleft(task)
 
     def drop(self, slot: int) -> None:
         """Abandon the task in ``slot``: freed now if no worker has it, else once it is done."""

@@ -12,6 +12,7 @@ import pytest
 
 import fastload
 from fastload import _messages as m
+from fastload import _ring
 from fastload._config import LoaderConfig, PoolConfig, resolve_shard
 from fastload._deaths import MAX_KILLS_PER_SAMPLE, DeathPolicy
 from fastload._fill import BatchFiller
@@ -214,6 +215,28 @@ def test_a_batch_message_that_never_comes_is_a_timeout_not_a_hang():
                        r"finished the batch in slot 1 but has not sent"):
         mail.take(0, 1, 9)
     assert 0.3 <= time.monotonic() - t0 < 2
+
+
+def test_a_redone_task_keeps_its_seq_and_its_place():
+    """SlotTable.redo (a spilled batch whose worker died before sending it): the task is first
+    in line again under its own seq. A new, larger seq would make the mailbox drop the next
+    batch's message as "older" when taking this one (the soak found batches lost that way)."""
+    layout = fastload.BatchLayout((np.zeros(2), "s"), 2)
+    slots = SlotTable(layout, 3, {"copied_batches": 0})
+    try:
+        slots.queue(0, 0, np.array([0, 1]), 5)
+        slots.queue(0, 1, np.array([2, 3]), 5)
+        first = slots.inflight[0]
+        slot, state = slots.ring.claim(0, 1.0)
+        assert slot == first.slot and slots.ring.publish(slot, state, True)
+        slots.inflight.popleft()
+        slots.redo(first, 2)
+        assert list(slots.inflight)[0] == first and [t.seq for t in slots.inflight] == [0, 1]
+        info = slots.ring.slot_info(first.slot)
+        assert info["state"] == _ring.QUEUED and info["seq"] == first.seq and info["count"] == 2
+        assert slots.ring.claim(0, 1.0)[0] == first.slot  # the lowest seq is claimed first
+    finally:
+        slots.close()
 
 
 def test_slot_table_tasks_round_trip_and_held_copies():

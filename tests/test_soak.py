@@ -47,15 +47,11 @@ class Case:
     def __init__(self, rng: random.Random, stats: Counter[str], pool: Any = None) -> None:
         self.rng, self.stats = rng, stats
         self.shared = pool is not None  # another loader's faults reach this one too
-        # Not "spill" on a shared pool whose workers are killed: an open bug (issue 15's note),
-        # seen once in CI and not reproduced since: a batch spilled by a worker restarted after
-        # a death was published READY but its memfd message never came (LoaderTimeoutError).
-        kinds = [k for k in KINDS if not (self.shared and k == "spill")]
         self.kills = 0  # SIGKILLs not yet seen as a WorkerDied (a death may surface later: a
         # worker killed while loading the next epoch's batch is reported in that epoch)
         # a short timeout lets a stopped worker's batch become a LoaderTimeoutError quickly
         self.timeout = TIMEOUT_S if self.shared else rng.choice([5.0, TIMEOUT_S])
-        self.kind = rng.choice(kinds)
+        self.kind = rng.choice(KINDS)
         self.n, self.bs = rng.randint(1, 60), rng.choice([1, 3, 4, 8])
         self.seed = rng.randrange(2**32)
         self.mode = rng.choice(["raise", "restart"])
