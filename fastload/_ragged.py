@@ -195,7 +195,6 @@ class _Column(NamedTuple):
     shapes: np.ndarray  # (B, ndim) int64
     extent: tuple[int, ...] | None  # "pad": the padded shape of one sample
     offset: int  # of its data, from the start of the data area
-    nbytes: int
 
 
 class _ArrayPickler(pickle.Pickler):
@@ -287,7 +286,7 @@ class VarImage:
     object leaves (row-major, ``n_objects`` per row; ragged leaves hold their arrays)."""
 
     def __init__(self, layout: Any, objects: list[Any], count: int) -> None:
-        k = layout.n_objects
+        self.k = k = layout.n_objects  # object leaves per row
         self.count = count
         self.objects = objects
         self._head: bytes | None = None
@@ -330,7 +329,7 @@ class VarImage:
                 nbytes = int(shapes.prod(axis=1).sum()) * itemsize
             offset = _align(end)
             end = offset + nbytes
-            cols.append(_Column(leaf, arrays, shapes, extent, offset, nbytes))
+            cols.append(_Column(leaf, arrays, shapes, extent, offset))
         self.columns = cols
         self.data_bytes = end
 
@@ -340,9 +339,7 @@ class VarImage:
         if self._head is None and u is not None:
             self._head = pickle.dumps((None, u.head()), protocol=pickle.HIGHEST_PROTOCOL)
         if self._head is None:
-            plain = list(self.objects)
-            meta = []
-            k = len(plain) // self.count if self.count else 0
+            plain, meta, k = list(self.objects), [], self.k
             for c in self.columns:
                 for r in range(self.count):
                     plain[r * k + c.leaf.obj] = None
@@ -400,11 +397,6 @@ def read_image(layout: Any, buf: Any, start: int, count: int) -> tuple[list[Any]
     if not layout.stack:
         return _samples_of(meta, buf, data), {}
     return objects, _values(layout.ragged, meta, buf, data, count)
-
-
-def image_bytes(buf: Any, start: int) -> int:
-    """The length of the image at ``buf[start:]`` without its data (for the copy path)."""
-    return int.from_bytes(memoryview(buf).cast("B")[start:start + _HEAD], "little")
 
 
 def _values(leaves: list[RaggedLeaf], meta: list[Any], buf: Any, data: int,
