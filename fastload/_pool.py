@@ -611,7 +611,9 @@ _HAVE_MEMFD = hasattr(os, "memfd_create")
 
 
 def _memfd_of(data: bytes) -> int:
-    fd = os.memfd_create("fastload-message", os.MFD_CLOEXEC)
+    from ._region import new_fd
+
+    fd = new_fd(len(data), "a dataset sent to the workers")
     try:
         view = memoryview(data)
         while view:

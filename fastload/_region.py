@@ -16,7 +16,7 @@ import mmap
 import os
 import tempfile
 
-__all__ = ["SharedRegion", "available_bytes"]
+__all__ = ["SharedRegion", "available_bytes", "new_fd"]
 
 
 def _read_int(path: str) -> int | None:
@@ -50,7 +50,11 @@ def available_bytes() -> int | None:
     return min(room) if room else None
 
 
-def _new_fd(nbytes: int, what: str) -> int:
+def new_fd(nbytes: int, what: str) -> int:
+    """An anonymous file of ``nbytes``, its pages reserved (memfd on Linux): the one way
+    fastload makes shared memory, for a loader's region, an oversized batch (_worker.py) and a
+    large message to a worker (_pool.py). Refused, naming ``what``, if larger than the memory
+    available."""
     avail = available_bytes()
     if avail is not None and nbytes > avail:
         # posix_fallocate of a memfd under overcommit grows until the OOM killer picks a
@@ -92,7 +96,7 @@ class SharedRegion:
     def __init__(self, nbytes: int, fd: int | None = None, what: str = "a region") -> None:
         self.nbytes = nbytes
         self.owner = fd is None
-        self.fd = _new_fd(nbytes, what) if fd is None else fd
+        self.fd = new_fd(nbytes, what) if fd is None else fd
         try:
             self.mm = mmap.mmap(self.fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:

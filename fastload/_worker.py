@@ -273,15 +273,17 @@ _USE_MEMFD = hasattr(os, "memfd_create")
 
 def _overflow(image: Any) -> int | bytes:
     """A variable image too large for its slot: written into a memfd of its own (Linux; its fd,
-    sent to the parent), else pickled bytes for the pipe. The memfd's pages are allocated up
-    front, so that no memory is an ENOSPC error here instead of a SIGBUS while writing."""
+    sent to the parent), else pickled bytes for the pipe. The memfd's pages are reserved up
+    front (_region.new_fd), so that no memory is an error here instead of a SIGBUS while
+    writing."""
     if not _USE_MEMFD:
         data = np.empty(image.nbytes, np.uint8)
         image.write_into(data, 0)
         return data.tobytes()
-    fd = os.memfd_create("fastload-overflow", os.MFD_CLOEXEC)
+    from ._region import new_fd
+
+    fd = new_fd(image.nbytes, "a batch too large for its slot")
     try:
-        os.posix_fallocate(fd, 0, image.nbytes)
         with mmap.mmap(fd, image.nbytes) as mm:
             image.write_into(mm, 0)
     except BaseException:
