@@ -150,15 +150,9 @@ class BatchFiller:
                     batch = idx_list
                     _pack_getitems(packer, layout, slot, idx_list, self.getitems(idx_list),
                                    objects)
-                elif self.warm:
-                    pack, get = packer.pack, self._sample
-                    for row, index in enumerate(idx_list):
-                        if ring is not None:
-                            ring.set_progress(slot, row, pid)
-                        ctx[2] = index
-                        pack(slot, row, get(seed, epoch, index), objects)
-                else:
-                    pack, ds = packer.pack, self.dataset
+                else:  # one sample at a time, a kept first sample (NOTE [first samples]) as is
+                    pack = packer.pack
+                    ds = _Kept(self, seed, epoch) if self.warm else self.dataset
                     for row, index in enumerate(idx_list):
                         if ring is not None:
                             ring.set_progress(slot, row, pid)
@@ -220,6 +214,18 @@ class BatchFiller:
             self.columns = None
             return False
         return True
+
+
+class _Kept:
+    """The dataset, as seen by a batch that may have samples kept at start (BatchFiller.warm)."""
+
+    __slots__ = ("filler", "seed", "epoch")
+
+    def __init__(self, filler: BatchFiller, seed: int, epoch: int) -> None:
+        self.filler, self.seed, self.epoch = filler, seed, epoch
+
+    def __getitem__(self, index: int) -> Any:
+        return self.filler._sample(self.seed, self.epoch, index)
 
 
 def _pack_getitems(packer: Any, layout: Any, slot: int, idx_list: list[int], samples: Any,
