@@ -122,6 +122,9 @@ class ArrayDataset:
                 )
         self._cols = fixed
         self._n = n
+        # A row of a string column is a 0-d array of the column's dtype, not an np.str_ whose
+        # width is its text's: the batch has the column's width whatever the first row holds.
+        self._text = [c.dtype.kind in "US" and c.ndim == 1 for c in fixed]
 
     def __len__(self) -> int:
         return self._n
@@ -132,10 +135,7 @@ class ArrayDataset:
         return parts[0] if self._single else tuple(parts)
 
     def __getitem__(self, i: int) -> Any:
-        # A row of a string column is a 0-d array of the column's dtype, not an np.str_ whose
-        # width is its text's: the batch has the column's width whatever the first row holds.
-        return self._wrap([c[i, ...] if c.dtype.kind in "US" and c.ndim == 1 else c[i]
-                           for c in self._cols])
+        return self._wrap([c[i, ...] if s else c[i] for c, s in zip(self._cols, self._text)])
 
     def __getitems__(self, indices: list[int]) -> Any:
         """The whole batch, already stacked (one fancy-indexing gather per array)."""
