@@ -367,9 +367,11 @@ cdef class Packer:
             if len(shape) == len(self._shapes[leaf]) >= 1:
                 hint = (f"; if its shape varies from sample to sample, declare it ragged: "
                         f"Loader(..., ragged={{{path!r}: 'pad'}}) (or 'list', 'packed')")
-            raise LayoutMismatchError(
+            err = LayoutMismatchError(
                 f"{path}: expected shape {self._shapes[leaf]} (as in the first sample), got "
                 f"{shape}{hint}")
+            err.shape_mismatch = (path, self._shapes[leaf], shape)
+            raise err
         return self._copy_in(value, dst, rb, shape, dt, slow, path)
 
 cdef class SlotLease:

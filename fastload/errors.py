@@ -32,7 +32,8 @@ class SampleTooLargeError(FastloadError, ValueError):
 
 class LayoutMismatchError(FastloadError, ValueError):
     """A sample's structure, dtype or shape differs from the layout of the first sample,
-    or a shared region has the wrong magic or layout version."""
+    or a shared region has the wrong magic or layout version. When only a leaf's shape
+    differed, ``shape_mismatch`` is ``(path, expected shape, shape)``."""
 
 
 class LoaderClosedError(FastloadError, RuntimeError):

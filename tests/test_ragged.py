@@ -266,3 +266,13 @@ def test_write_rows_checks_every_bound_before_writing():
     assert (dest == 7).all()  # nothing was written by a refused call
     with pytest.raises((BufferError, TypeError)):
         write_rows(b"read-only", 0, [a], 0, b"")
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_shape_mismatch_says_which_shapes_as_data(num_workers):
+    ds = Listed([{"x": np.zeros(2)}, {"x": np.zeros(3)}])
+    with fastload.Loader(ds, 2, num_workers=num_workers) as loader:
+        with pytest.raises(fastload.LayoutMismatchError) as info:
+            list(loader)
+    assert info.value.shape_mismatch == ("sample['x']", (2,), (3,))  # what compat.torch reads

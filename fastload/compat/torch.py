@@ -421,9 +421,11 @@ class DataLoader:
                     f"DataLoader timed out after {self.timeout} seconds ({e})"
                 ) from e
             except LayoutMismatchError as e:
-                what = str(e).split("\n", 1)[0].split("; if its shape varies", 1)[0]
-                if collate is not None or "expected shape" not in what:
+                mismatch = getattr(e, "shape_mismatch", None)
+                if collate is not None or mismatch is None:
                     raise
+                path, want, got = mismatch
+                what = f"{path}: expected shape {want} (as in the first sample), got {got}"
                 index = getattr(e, "fastload_index", None)
                 where = f" (sample index {index})" if index is not None else ""
                 raise DataLoaderCollateError(
