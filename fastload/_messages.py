@@ -126,8 +126,10 @@ class InitFailed(NamedTuple):
 
 
 class Started(NamedTuple):
-    worker: int  # it unpickled its first dataset and ran worker_init: a later death is not
-    cid: int = -2  # a failure to start (the pool keeps this one, no client gets it)
+    """The worker unpickled its first dataset and ran worker_init: a later death is not a
+    failure to start. The pool keeps it (WorkerPool.started); no client gets it."""
+
+    worker: int
 
 
 # -- pool -> its clients (in the parent) ----------------------------------------------------
