@@ -12,7 +12,9 @@ so that no large write to a worker's pipe can wait on a worker that waits to wri
 ``Probe`` (load one sample, reply ``ProbeStarted`` then ``LayoutFound`` or
 ``ProbeFailed``); ``Attach`` + the client's region fd (map it, start filling its ring);
 ``Detach`` (drop the client's dataset, unmap its region); ``Stop`` (exit 0). An fd follows its
-message on the pipe as an SCM_RIGHTS message (multiprocessing.reduction.send_handle).
+message on the pipe as an SCM_RIGHTS message (multiprocessing.reduction.send_handle). The
+parent reads what workers send with a FrameReader (NOTE [resumable reads] in _frames.py), which
+never waits for the rest of a message or for an fd that has not come.
 
 Worker -> parent: ``ProbeStarted``, ``LayoutFound``, ``ProbeFailed``; ``BatchFailed`` for a
 batch that raised (sent *after* the slot is marked FAILED, so a large message can never block a

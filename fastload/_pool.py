@@ -12,7 +12,6 @@ Every step is idempotent and safe after a partial failure.
 
 from __future__ import annotations
 
-import mmap
 import multiprocessing as mp
 import os
 import pickle
@@ -22,11 +21,12 @@ import threading
 import weakref
 from collections import deque
 from multiprocessing.connection import Connection, wait
-from multiprocessing.reduction import recv_handle, send_handle
+from multiprocessing.reduction import send_handle
 from typing import Any, Protocol
 
 from . import _messages as m
 from ._config import PoolConfig
+from ._frames import FrameReader
 from ._worker import worker_main
 from .errors import WorkerDied
 
@@ -147,6 +147,7 @@ class WorkerPool:
         self.bell = _ring.Bell(self.bell_region.mm, create=True)
         self.procs: list[Any] = [None] * num_workers
         self.conns: list[Connection | None] = [None] * num_workers
+        self.readers: list[Any] = [None] * num_workers  # FrameReader of conns[i]
         self.restarts = 0
         self.closed = False
         try:
@@ -211,13 +212,9 @@ class WorkerPool:
             try:
                 if not conn.poll(timeout):
                     return
-                while True:
-                    msg = conn.recv()
-                    if isinstance(msg, m.SpillFd):
-                        msg = _map_spill(msg, recv_handle(conn))
+                # Never waits for the rest of a message (NOTE [resumable reads]).
+                for msg in self.readers[i].read():
                     self._route(i, msg)
-                    if not conn.poll(0):
-                        return
             except (EOFError, OSError):
                 return  # it died: check() says how
 
@@ -306,6 +303,7 @@ class WorkerPool:
         child_conn.close()
         self.procs[i] = p
         self.conns[i] = parent_conn
+        self.readers[i] = FrameReader(parent_conn)
         self.send(i, m.Bell(self.bell_region.nbytes), self.bell_region.fd)
         for cid, payload in self.payloads.items():
             self.send(i, m.AddDataset(cid, payload))
@@ -383,6 +381,9 @@ class WorkerPool:
         p, conn = self.procs[i], self.conns[i]
         self.procs[i] = None
         self.conns[i] = None
+        reader, self.readers[i] = self.readers[i], None
+        if reader is not None:
+            reader.close()
         if conn is not None:
             conn.close()
         if p is not None:
@@ -417,8 +418,7 @@ class WorkerPool:
             procs = [p for p in self.procs if p is not None]
             # Read (and drop) what workers are still sending: a worker blocked writing a large
             # message to a full pipe would otherwise never see the stop flag.
-            conns = [c for c in self.conns if c is not None]
-            _join_all(procs, _JOIN_TIMEOUT_S, conns)
+            _join_all(procs, _JOIN_TIMEOUT_S, [r for r in self.readers if r is not None])
             for p in procs:
                 if p.exitcode is None:
                     p.terminate()
@@ -446,7 +446,7 @@ def _restore_sigmask(mask: Any) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-def _join_all(procs: list[Any], timeout: float | None, conns: list[Connection] = ()) -> None:  # type: ignore[assignment]
+def _join_all(procs: list[Any], timeout: float | None, readers: list[FrameReader] = ()) -> None:  # type: ignore[assignment]
     alive = [p for p in procs if p.exitcode is None]
     if not alive:
         return
@@ -457,18 +457,17 @@ def _join_all(procs: list[Any], timeout: float | None, conns: list[Connection] =
     import time
 
     deadline = time.monotonic() + timeout
-    conns = list(conns)
+    socks = {r.sock: r for r in readers}
     while alive:
         left = deadline - time.monotonic()
         if left <= 0:
             return
-        ready = wait([p.sentinel for p in alive] + conns, timeout=left)
-        for c in conns[:]:
-            if c in ready:
-                try:
-                    c.recv_bytes()
-                except (EOFError, OSError):
-                    conns.remove(c)
+        ready = wait([p.sentinel for p in alive] + list(socks), timeout=left)
+        for sock in [s for s in ready if s in socks]:
+            try:
+                socks[sock].read()  # dropped (a spill's mapping is freed with it)
+            except (EOFError, OSError):
+                del socks[sock]
         alive = [p for p in alive if p.exitcode is None]
 
 
@@ -622,13 +621,3 @@ def _memfd_of(data: bytes) -> int:
         os.close(fd)
         raise
     return fd
-
-
-def _map_spill(msg: m.SpillFd, fd: int) -> m.Spill:
-    """A SpillFd's memfd, mapped (the fd is closed at once: the mapping keeps the memory, and the
-    batch's views keep the mapping, until the last of them is freed)."""
-    try:
-        mm = mmap.mmap(fd, msg.nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-    finally:
-        os.close(fd)
-    return m.Spill(msg.cid, msg.slot, msg.seq, mm)
