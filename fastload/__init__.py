@@ -21,6 +21,7 @@ from .errors import (
 )
 from .layout import BatchLayout, Field
 from .loader import Loader, backend
+from .shared import SharedDict, SharedList
 
 __all__ = [
     "Loader",
@@ -30,6 +31,8 @@ __all__ = [
     "Field",
     "Padded",
     "Packed",
+    "SharedList",
+    "SharedDict",
     "WorkerInfo",
     "get_worker_info",
     "sample_rng",

@@ -109,6 +109,7 @@ class LoaderConfig:
     batch_plan: Callable[[int], Iterable[Sequence[int]]] | None
     on_stall: tuple[float, Callable[[str], None]] | None
     sample_spec: SampleSpec | None = None
+    share_dataset: bool = True
 
     @property
     def depth(self) -> int:
@@ -131,6 +132,7 @@ class LoaderConfig:
         batch_plan: Any, on_stall: Any, pool: Any, ragged: Any = None, pad_value: Any = 0,
         stack: bool = True,
         pad_to_multiple: Any = None,
+        share_dataset: bool = True,
     ) -> LoaderConfig:
         """Validate a Loader's arguments (``pool``: a fastload.Pool or None)."""
         rank_world = resolve_shard(shard)
@@ -182,7 +184,7 @@ class LoaderConfig:
             prefetch=prefetch, start_method=start_method, worker_init=worker_init,
             timeout=timeout, max_held=max_held, copy=bool(copy), on_worker_death=on_worker_death,
             shard=rank_world, return_mask=bool(return_mask), batch_plan=batch_plan,
-            on_stall=on_stall, sample_spec=sample_spec,
+            on_stall=on_stall, sample_spec=sample_spec, share_dataset=bool(share_dataset),
         )
 
 

@@ -41,8 +41,10 @@ from ._config import LoaderConfig
 from ._deaths import DeathPolicy
 from ._fill import BatchFiller
 from ._mailbox import Mailbox
+from ._memory import MemoryWatch
 from ._plan import EpochPlan, PlanCursor
-from ._pool import Pool, WorkerPool
+from ._pool import Pool, WorkerPool, default_start_method
+from ._share import Sharing, share_dataset, unshared
 from ._slots import SlotTable
 from ._wait import POLL_INTERVAL_S, Deadline
 from .errors import LoaderClosedError
@@ -83,7 +85,12 @@ class Engine:
         self.filler = BatchFiller(dataset, None) if cfg.num_workers == 0 else None
         self.pool: WorkerPool | None = None
         self.mail: Mailbox | None = None
+        self.sharing: Sharing | None = None  # NOTE [shared datasets] (_share.py)
+        self.memwatch = MemoryWatch()
         if cfg.num_workers > 0:
+            fork = pool is None and (cfg.start_method or default_start_method()) == "fork"
+            self.sharing = share_dataset(dataset, "fork" if fork else "pickled", cfg.share_dataset)
+            dataset = self.sharing.dataset
             self.pool = (pool.check_usable() if pool is not None
                          else WorkerPool(cfg.pool_config(), (self.cid, dataset)))
             self.mail = Mailbox(self.pool, self.cid, cfg.timeout)
@@ -114,7 +121,17 @@ class Engine:
         self.deaths.new_epoch()
         if self.cursor.epoch < e:
             self.cursor.seek(e)
+        if self.pool is not None:
+            self.memwatch.epoch_started(self.pool.pids(), self.suspects)
         return e
+
+    def suspects(self) -> list[str]:
+        return unshared(self.sharing, self.dataset)
+
+    def memory(self) -> dict[str, Any]:
+        pids = self.pool.pids() if self.pool is not None else []
+        shared = sum(c["bytes"] for c in self.sharing.converted) if self.sharing else 0
+        return self.memwatch.report(pids, shared)
 
     def abort_epoch(self) -> None:
         """Drop the rest of the active epoch (break, error, or a new iter())."""
@@ -141,6 +158,8 @@ class Engine:
             self.active_epoch = None
             raise StopIteration
         b = self.consumed
+        if b == 1 and self.pool is not None:
+            self.memwatch.first_batch_out(self.pool.pids())
         try:
             batch = self._worker_batch(epoch) if self.pool else self._inprocess_batch(epoch, b)
         except BaseException:
@@ -326,6 +345,8 @@ class Engine:
             if self.mail is not None:
                 self.mail.clear()
             self.dataset = self.filler = None
+            if self.sharing is not None:
+                self.sharing.close()
 
     def state_dict(self) -> dict[str, Any]:
         if self.resume is not None:  # loaded, not yet iterated
@@ -353,4 +374,5 @@ class Engine:
                    slot_bytes=self.layout.slot_bytes if self.layout is not None else None)
         if slots is not None and not slots.ring.closed:
             out["ring"] = slots.ring.stats()
+        out["shared_dataset"] = list(self.sharing.converted) if self.sharing else []
         return out

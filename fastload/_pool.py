@@ -363,6 +363,9 @@ class WorkerPool:
                     "batch"
                 )
 
+    def pids(self) -> list[int | None]:
+        return [None if p is None else p.pid for p in self.procs]
+
     def pid_of(self, i: int) -> int | None:
         p = self.procs[i]
         return None if p is None else p.pid

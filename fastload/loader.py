@@ -137,6 +137,14 @@ class Loader:
         nesting, leaf types and shapes may differ from sample to sample; NOTE [unstacked
         batches] in fastload/_ragged.py). Their arrays still travel through the slot without
         pickling and come back as views; other leaves come back as themselves (pickled).
+    share_dataset : bool
+        Before the workers start, replace the dataset's large Python lists, tuples and dicts
+        (10,000 items or ~16 MiB; in its attributes, one level into plain containers of them,
+        and in objects it wraps) with :class:`fastload.SharedList` / :class:`fastload.SharedDict`
+        in the copy the workers get, so that every worker reads one shared copy instead of
+        copying it (fork: page by page as it reads; spawn/forkserver: unpickled whole). Your
+        object is not changed; ``stats()["shared_dataset"]`` lists what was shared (NOTE
+        [shared datasets] in fastload/_share.py). ``False`` sends the dataset as it is.
 
     Examples
     --------
@@ -172,6 +180,7 @@ class Loader:
         pad_value: float = 0,
         pad_to_multiple: int | None = None,
         stack: bool = True,
+        share_dataset: bool = True,
     ) -> None:
         self._engine: Engine | None = None
         n = dataset_len(dataset)
@@ -182,6 +191,7 @@ class Loader:
             on_worker_death=on_worker_death, shard=shard, return_mask=return_mask,
             batch_plan=batch_plan, on_stall=on_stall, pool=pool, ragged=ragged,
             pad_value=pad_value, pad_to_multiple=pad_to_multiple, stack=stack,
+            share_dataset=share_dataset,
         )
         self.batch_size = cfg.batch_size
         self.num_workers = cfg.num_workers
@@ -245,6 +255,16 @@ class Loader:
         """Counters: copied and spilled batches, worker restarts, ring operations."""
         assert self._engine is not None
         return self._engine.stats()
+
+    def memory(self) -> dict[str, Any]:
+        """What the loader's processes cost now, in bytes: ``main`` and each of ``workers``
+        (``pid``, ``uss`` private, ``pss`` proportional share, ``rss``, and ``uss_growth`` since
+        the first batch), ``shared_dataset_bytes`` (the containers share_dataset made)
+        and ``total_pss`` (the machine's memory they take together). From /proc (Linux); a
+        process /proc cannot read has only its pid. A worker grown by more than 256 MiB
+        ($FASTLOAD_MEMORY_WARN_MIB) is warned about once, naming the likely dataset attributes."""
+        assert self._engine is not None
+        return self._engine.memory()
 
     def __enter__(self) -> Loader:
         return self

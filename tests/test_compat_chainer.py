@@ -659,3 +659,15 @@ def test_iterators_share_a_fastload_pool() -> None:
             assert own._loader._engine.shared_pool is None  # pools do not pickle: own workers
     with pytest.raises(TypeError, match="fastload.Pool"):
         make("ours", Tuples(10), 4, "roll", pool=2)
+
+
+@needs_chainer
+def test_a_list_dataset_is_shared_with_the_workers() -> None:
+    # Chainer users pass plain lists: of str here (file names), shared by default.
+    names = [f"img{i:05d}.png" for i in range(12_000)]
+    ref = trace(make("serial", names, 500, "seq", repeat=False), 24)
+    with make("ours", names, 500, "seq", repeat=False) as it:
+        got = trace(it, 24)
+        shared = it._loader.stats()["shared_dataset"]
+    same_trace(got, ref)
+    assert [(e["attribute"], e["kind"]) for e in shared] == [("dataset.dataset", "str")]

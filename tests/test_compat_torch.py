@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 from torch.utils.data import BatchSampler, DistributedSampler, Sampler  # noqa: E402
 from torch.utils.data import DataLoader as TorchDataLoader  # noqa: E402
 
-from helpers import region_range  # noqa: E402
+from helpers import MP_TIMEOUT, region_range  # noqa: E402
 from helpers.compat import (  # noqa: E402
     ArrayDS,
     EveryLeafDS,
@@ -387,3 +387,19 @@ def test_argument_validation_matches_torch(kw, msg):
     assert str(ours.value) == str(ref.value)
     with pytest.raises(TypeError, match="valid context object"):
         DataLoader(ArrayDS(), num_workers=1, multiprocessing_context=3)
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+def test_the_datasets_metadata_is_shared_by_default():
+    from helpers.compat import PathsDS
+
+    ds = PathsDS()
+    want = list(TorchDataLoader(ds, batch_size=1000, num_workers=0))
+    with DataLoader(ds, batch_size=1000, num_workers=2) as dl:
+        got = list(dl)
+        shared = dl._loader.stats()["shared_dataset"]
+    assert [e["attribute"] for e in shared] == ["dataset.dataset.paths"]
+    assert all(torch.equal(g[0], w[0]) for g, w in zip(got, want)) and len(got) == len(want)
+    assert {k for _, kinds in got for k in kinds} == {"SharedList"}  # what the workers read
+    assert {k for _, kinds in want for k in kinds} == {"list"}
+    assert type(ds.paths) is list

@@ -29,6 +29,7 @@ def start(method):
     loader = fastload.Loader(Slow(), batch_size=4, num_workers=2, start_method=method)
     it = iter(loader)
     next(it)
+    assert len(loader.stats()["shared_dataset"]) == 2  # the scenarios include shared containers
     pids = [p.pid for p in loader._engine.pool.procs]
     print("PIDS", *pids, flush=True)
     return loader, it

@@ -168,3 +168,16 @@ class RaggedDS:
         if i % 2:
             sample["extra"] = (np.full((i, 2), i, np.float32), [i, None])
         return sample
+
+
+class PathsDS:
+    """A torch-style dataset whose metadata is a long Python list: share_dataset's case."""
+
+    def __init__(self, n: int = 12_000) -> None:
+        self.paths = [f"images/{i:06d}.jpg" for i in range(n)]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int):
+        return np.array([i, len(self.paths[i])], np.int64), type(self.paths).__name__

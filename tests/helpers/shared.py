@@ -1,0 +1,99 @@
+"""Module-level datasets of tests/test_shared.py (shared containers, share_dataset)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+import fastload
+
+
+def meta_item(i: int) -> dict[str, Any]:
+    return {"path": f"img/{i:07d}.jpg", "h": 100 + i % 50, "w": 200 - i % 30,
+            "boxes": [[float(i % 7), 1.5, 2.0, 3.0 + j] for j in range(i % 4)], "label": i % 80}
+
+
+class Meta:
+    """COCO-like metadata in Python containers: what share_dataset is for."""
+
+    def __init__(self, n: int) -> None:
+        self.items = [meta_item(i) for i in range(n)]
+        self.names = [it["path"] for it in self.items]
+        self.index_of = {name: i for i, name in enumerate(self.names)}
+        self.small = [1, 2, 3]  # under the threshold: stays a list
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> Any:
+        it = self.items[i]
+        j = self.index_of[self.names[i]]
+        return {"i": np.int64(j), "h": np.int64(it["h"]), "nboxes": np.int64(len(it["boxes"])),
+                "area": np.float64(sum(b[2] * b[3] for b in it["boxes"])), "pid": os.getpid(),
+                "kind": type(self.items).__name__}
+
+
+def meta_expected(i: int) -> dict[str, Any]:
+    it = meta_item(i)
+    return {"i": i, "h": it["h"], "nboxes": len(it["boxes"]),
+            "area": sum(b[2] * b[3] for b in it["boxes"])}
+
+
+class Wrapper:
+    """A dataset that wraps another (as torch's Subset does): the inner one is walked too."""
+
+    def __init__(self, inner: Any, indices: list[int]) -> None:
+        self.inner = inner
+        self.indices = indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.inner[self.indices[i]]
+
+
+class MyList(list):  # type: ignore[type-arg]
+    """A list subclass: may carry behaviour, so it is never converted."""
+
+    def second(self, i: int) -> Any:
+        return self[i][1]
+
+
+class Special:
+    """Attributes share_dataset must leave alone, and code that must keep working."""
+
+    def __init__(self, n: int) -> None:
+        self.pairs = MyList((i, -i) for i in range(n))
+        self.grown = list(range(n))  # changed in worker_init in every worker
+        self.odd = {frozenset([i]): i for i in range(n)}  # keys without a stable hash: left whole
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, i: int) -> Any:
+        return {"neg": np.int64(self.pairs.second(i)), "tail": np.int64(self.grown[-1]),
+                "n": np.int64(len(self.grown)), "odd": np.int64(self.odd[frozenset([i])]),
+                "grown": type(self.grown).__name__}
+
+
+def grow_in_worker(worker_id: int) -> None:
+    """A worker_init that changes a list of the dataset, as users do to split work."""
+    ds = fastload.get_worker_info().dataset
+    ds.grown.append(1000 + worker_id)
+
+
+def uss_of(pid: int) -> int:
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        kb = {ln.split()[0].rstrip(":"): int(ln.split()[1]) for ln in f.read().splitlines()[1:]
+              if len(ln.split()) >= 2 and ln.split()[1].isdigit()}
+    return (kb["Private_Clean"] + kb["Private_Dirty"]) * 1024
+
+
+def read_all(shared: Any) -> Any:
+    """In a child process: what a container pickled to it reads back."""
+    if isinstance(shared, fastload.SharedDict):
+        return list(shared.items()), shared.get("missing", "default"), len(shared)
+    return list(shared), len(shared), shared[-1] if len(shared) else None

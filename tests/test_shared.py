@@ -1,0 +1,330 @@
+"""SharedList / SharedDict (NOTE [shared containers]) and share_dataset (NOTE [shared datasets])."""
+
+from __future__ import annotations
+
+import gc
+import math
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import warnings
+
+import numpy as np
+import pytest
+from helpers import MP_TIMEOUT
+from helpers.shared import (
+    Meta, Special, Wrapper, grow_in_worker, meta_expected, read_all, uss_of,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fastload
+from fastload import SharedDict, SharedList
+
+METHODS = ["fork", "forkserver", "spawn"]
+
+
+def _eq(a, b) -> bool:
+    """Equality that treats NaN as equal to NaN, recursively (a float column is NaN-faithful)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_eq, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(_eq(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (type(a) is type(b) and a.dtype == b.dtype and a.shape == b.shape
+                and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")))
+    return type(a) is type(b) and a == b
+
+
+# -- round trips ---------------------------------------------------------------------------------
+leaves = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True), st.text(), st.text(max_size=0), st.binary(),
+)
+nested = st.recursive(leaves, lambda kids: st.one_of(
+    st.lists(kids, max_size=4), st.dictionaries(st.text(max_size=5), kids, max_size=4),
+    st.tuples(kids, kids)), max_leaves=12)
+# Lists whose items agree, so each column kind is drawn, not only the pickled one.
+uniform = st.one_of(
+    st.lists(st.integers(-(2**63), 2**63 - 1)), st.lists(st.floats(allow_nan=True)),
+    st.lists(st.booleans()), st.lists(st.text()), st.lists(st.binary()), st.lists(nested),
+    st.lists(st.integers(-(2**80), 2**80)),
+)
+keys = st.one_of(st.text(), st.integers(), st.binary(), st.tuples(st.text(), st.integers()),
+                 st.none(), st.floats(allow_nan=False))
+
+
+@settings(max_examples=120, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(uniform)
+def test_a_shared_list_reads_back_what_it_was_given(items):
+    s = SharedList(items)
+    for got in (s, pickle.loads(pickle.dumps(s))):
+        assert len(got) == len(items)
+        assert _eq(list(got), items)
+        assert all(_eq(got[i], items[i]) for i in range(-len(items), len(items)))
+        assert _eq(got[1:-1], items[1:-1]) and _eq(got[::2], items[::2])
+        assert _eq(got[::-1], items[::-1])
+    with pytest.raises(IndexError):
+        s[len(items)]
+
+
+@settings(max_examples=120, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(keys, nested, max_size=30))
+def test_a_shared_dict_reads_back_what_it_was_given(d):
+    s = SharedDict(d)
+    for got in (s, pickle.loads(pickle.dumps(s))):
+        assert len(got) == len(d) and list(got) == list(d)  # keys, in insertion order
+        for k, v in d.items():
+            assert k in got and _eq(got[k], v) and _eq(got.get(k), v)
+        assert _eq(list(got.values()), list(d.values()))
+        assert [k for k, _ in got.items()] == list(d)
+        assert "\x00absent" not in got and got.get("\x00absent", 7) == 7
+        with pytest.raises(KeyError):
+            got["\x00absent"]
+
+
+def test_column_kinds_and_their_types():
+    cases = {
+        "int": [1, -2, 2**63 - 1], "float": [1.5, float("nan"), -0.0], "bool": [True, False],
+        "str": ["", "日本語", "a\x00b", "\udc80"], "bytes": [b"", b"\x00\xff"],
+        "scalar": [np.float32(1), np.float32(2.5)], "array": [np.arange(3), np.arange(3) * 2],
+        "pickle": [1, "a", None, [1, 2], {"k": (1, 2)}, 10**40, np.arange(2), np.arange(3)],
+    }
+    for kind, items in cases.items():
+        s = SharedList(items)
+        assert s.kind == kind
+        assert _eq(list(s), items), kind
+    rows = SharedList([np.ones((2, 3), np.float32) * i for i in range(4)])
+    assert rows[2].dtype == np.float32 and rows[2].shape == (2, 3)
+    assert not rows[2].flags.writeable  # a view of the shared rows: read-only
+    assert SharedList([1, 2]) == [1, 2] and [1, 2] == SharedList([1, 2])
+    assert SharedList([1, 2]) != [1, 3]
+    assert SharedDict({"a": 1}) == {"a": 1} and {"a": 1} == SharedDict({"a": 1})
+
+
+def test_numbers_that_are_one_key_in_a_dict_are_one_key_here():
+    d = SharedDict({1: "one", "x": "ex", (1, "z"): "t"})
+    assert d[1.0] == d[True] == d[np.int64(1)] == "one"
+    assert d[(1.0, "z")] == "t"
+    assert 2 not in d and "y" not in d and b"x" not in d
+    with pytest.raises(TypeError, match="unhashable"):
+        d[[1]]
+    with pytest.raises(TypeError, match="keys must be str, bytes"):
+        SharedDict({frozenset([1]): 1})
+    with pytest.raises(TypeError, match="not NaN"):
+        SharedDict({float("nan"): 1})
+
+
+def test_a_dict_lookup_is_the_same_whatever_the_hash_seed(tmp_path):
+    # Python randomises str hashes per process; a worker started with another seed must find
+    # every key the parent stored.
+    import subprocess
+    import sys
+
+    d = SharedDict({f"key{i}": i for i in range(2000)})
+    path = tmp_path / "d.pkl"
+    path.write_bytes(pickle.dumps(d))
+    code = ("import pickle, sys; d = pickle.loads(open(sys.argv[1], 'rb').read()); "
+            "print(sum(d[f'key{i}'] for i in range(2000)), 'key5' in d, d.get('nope'))")
+    for seed in ("0", "1", "12345"):
+        out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                             text=True, env={**os.environ, "PYTHONHASHSEED": seed}, timeout=60)
+        assert out.stdout.split() == [str(sum(range(2000))), "True", "None"], out.stderr
+
+
+def test_mutation_is_refused_with_what_to_do():
+    s, d = SharedList([1, 2]), SharedDict({"a": 1})
+    for op in (lambda: s.append(3), lambda: s.__setitem__(0, 5), lambda: s.sort(),
+               lambda: s.extend([1]), lambda: s.pop(), lambda: s.__delitem__(0)):
+        with pytest.raises(TypeError, match="SharedList is read-only.*share_dataset=False"):
+            op()
+    for op in (lambda: d.__setitem__("b", 2), lambda: d.update(b=2), lambda: d.pop("a"),
+               lambda: d.setdefault("c", 1), lambda: d.clear()):
+        with pytest.raises(TypeError, match="SharedDict is read-only"):
+            op()
+    assert list(s) == [1, 2] and dict(d.items()) == {"a": 1}
+
+
+# -- attaching -----------------------------------------------------------------------------------
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("method", METHODS)
+def test_a_container_attaches_in_a_child_of_every_start_method(method):
+    items = [{"x": i, "s": "é" * (i % 5)} for i in range(3000)]
+    d = {f"k{i}": [i, str(i)] for i in range(3000)}
+    sl, sd = SharedList(items), SharedDict(d)
+    with mp.get_context(method).Pool(1) as p:  # pickled to it: a handle, not the items
+        got_l = p.apply(read_all, (sl,))
+        got_d = p.apply(read_all, (sd,))
+    assert got_l == (items, 3000, items[-1])
+    assert got_d == (list(d.items()), "default", 3000)
+    assert len(pickle.dumps(sl)) < 1000  # a handle
+
+
+def test_attaching_after_the_builder_let_go_is_a_clear_error():
+    s = SharedList(range(10))
+    blob = pickle.dumps(s)
+    s._region.close_fd()  # as when its loader closed
+    with pytest.raises(RuntimeError, match="cannot be sent to another process"):
+        pickle.dumps(s)
+    with pytest.raises(RuntimeError, match="cannot attach a shared container built by process"):
+        pickle.loads(blob)
+
+
+# -- share_dataset -------------------------------------------------------------------------------
+def _collect(loader):
+    out = {}
+    for b in loader:
+        for j, i in enumerate(b["i"].tolist()):
+            out[i] = {"i": i, "h": int(b["h"][j]), "nboxes": int(b["nboxes"][j]),
+                      "area": float(b["area"][j])}
+            assert b["kind"][j] == "SharedList"
+    return out
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("method", METHODS)
+def test_share_dataset_converts_large_containers_for_the_workers_only(method):
+    ds = Meta(12_000)
+    with fastload.Loader(ds, 500, num_workers=2, start_method=method) as loader:
+        got = _collect(loader)
+        shared = {e["attribute"]: e for e in loader.stats()["shared_dataset"]}
+    assert got == {i: meta_expected(i) for i in range(12_000)}
+    assert set(shared) == {"dataset.items", "dataset.names", "dataset.index_of"}
+    assert shared["dataset.names"]["kind"] == "str" and shared["dataset.items"]["items"] == 12_000
+    assert shared["dataset.index_of"]["type"] == "dict" and shared["dataset.items"]["bytes"] > 0
+    # The user's own object is untouched.
+    assert type(ds.items) is list and type(ds.index_of) is dict and type(ds.small) is list
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+def test_share_dataset_false_and_in_process_loading_send_the_dataset_as_it_is():
+    ds = Meta(12_000)
+    with fastload.Loader(ds, 4000, num_workers=1, share_dataset=False) as loader:
+        kinds = {k for b in loader for k in b["kind"]}
+        assert loader.stats()["shared_dataset"] == [] and kinds == {"list"}
+    with fastload.Loader(ds, 4000, num_workers=0) as loader:
+        kinds = {k for b in loader for k in b["kind"]}
+        assert loader.stats()["shared_dataset"] == [] and kinds == {"list"}
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+def test_a_wrapped_dataset_and_a_list_of_samples_are_shared_too():
+    inner = Meta(10_000)
+    with fastload.Loader(Wrapper(inner, list(range(0, 10_000, 3)) * 4), 1000,
+                         num_workers=2, start_method="spawn") as loader:
+        got = _collect(loader)
+        paths = {e["attribute"] for e in loader.stats()["shared_dataset"]}
+    assert set(got) == set(range(0, 10_000, 3))
+    assert paths == {"dataset.indices", "dataset.inner.items", "dataset.inner.names",
+                     "dataset.inner.index_of"}
+    samples = [np.full(3, i, np.int32) for i in range(20_000)]
+    with fastload.Loader(samples, 5000, num_workers=2, start_method="spawn") as loader:
+        assert [e["attribute"] for e in loader.stats()["shared_dataset"]] == ["dataset"]
+        assert np.concatenate(list(loader))[:, 0].tolist() == list(range(20_000))
+    with fastload.Loader(samples, 5000, num_workers=2, start_method="fork") as loader:
+        # Under fork reading an array never copies its data: sharing it would only copy it.
+        assert loader.stats()["shared_dataset"] == []
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_what_must_not_be_converted_keeps_working(method, caplog):
+    n = 12_000
+    with caplog.at_level("DEBUG", logger="fastload"):
+        with fastload.Loader(Special(n), 3000, num_workers=2, start_method=method,
+                             worker_init=grow_in_worker) as loader:
+            batches = list(loader)
+            shared = [e["attribute"] for e in loader.stats()["shared_dataset"]]
+    assert shared == ["dataset.grown"]  # not the subclass, not the dict of frozenset keys
+    assert "left dataset.odd (dict of 12000 items) as it is: TypeError: " in caplog.text
+    neg = np.concatenate([b["neg"] for b in batches])
+    assert neg.tolist() == [-i for i in range(n)]
+    # Each worker appended to its copy in worker_init: it became private there and kept working.
+    assert set(np.concatenate([b["n"] for b in batches]).tolist()) == {n + 1}
+    assert set(np.concatenate([b["tail"] for b in batches]).tolist()) <= {1000, 1001}
+    assert {g for b in batches for g in b["grown"]} == {"SharedList"}
+    assert np.concatenate([b["odd"] for b in batches]).tolist() == list(range(n))
+
+
+# -- memory ----------------------------------------------------------------------------------------
+@pytest.mark.timeout(MP_TIMEOUT * 2)
+def test_a_workers_private_memory_stays_flat_over_epochs():
+    if not os.path.exists("/proc/self/smaps_rollup"):
+        pytest.skip("needs /proc/<pid>/smaps_rollup (Linux >= 4.14)")
+    ds = Meta(200_000)
+    growth = {}
+    for share in (True, False):
+        with fastload.Loader(ds, 2000, num_workers=2, start_method="fork",
+                             share_dataset=share) as loader:
+            it = iter(loader)
+            next(it)
+            pids = [p.pid for p in loader._engine.pool.procs]
+            before = [uss_of(p) for p in pids]
+            for _ in it:
+                pass
+            for _ in range(2):
+                for _ in loader:
+                    pass
+            after = [uss_of(p) for p in pids]
+            report = loader.memory()
+        growth[share] = max(a - b for a, b in zip(after, before))
+        assert {w["pid"] for w in report["workers"]} == set(pids)
+        assert all(w["uss"] > 0 and w["pss"] > 0 for w in report["workers"])
+        assert report["total_pss"] >= sum(w["pss"] for w in report["workers"])
+    # Without sharing each worker copies the pages of the ~200k dicts it reads (~90 MiB here);
+    # with it, nothing it reads is copied: what is left (a few MiB) is the allocator's own
+    # churn over 3 epochs of decoded items and batches.
+    assert growth[False] > 40 * 2**20, growth
+    assert growth[True] < min(12 * 2**20, growth[False] / 8), growth
+
+
+@pytest.mark.timeout(MP_TIMEOUT * 2)
+def test_a_growing_worker_is_warned_about_once_naming_the_attributes(monkeypatch):
+    if not os.path.exists("/proc/self/smaps_rollup"):
+        pytest.skip("needs /proc/<pid>/smaps_rollup (Linux >= 4.14)")
+    import fastload._memory as memory
+
+    monkeypatch.setattr(memory, "WARN_GROWTH_BYTES", 2 * 2**20)
+    ds = Meta(100_000)
+    with fastload.Loader(ds, 2000, num_workers=1, start_method="fork",
+                         share_dataset=False) as loader:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(4):  # the baseline is the second epoch's start
+                for _ in loader:
+                    pass
+    msgs = [str(w.message) for w in caught if "private memory grew" in str(w.message)]
+    assert len(msgs) == 1, msgs
+    assert "dataset.items (list of 100,000 items)" in msgs[0] and "SharedList" in msgs[0]
+    assert caught[0].filename == __file__  # points at the user's loop
+
+
+# -- no leaks ------------------------------------------------------------------------------------
+def _fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_nothing_is_left_after_close_or_a_worker_crash(method):
+    ds = Meta(12_000)
+    with fastload.Loader(ds, 500, num_workers=1, start_method=method):
+        pass  # warm: imports, the forkserver
+    gc.collect()
+    before = _fds()
+    with fastload.Loader(ds, 500, num_workers=2, start_method=method,
+                         on_worker_death="restart") as loader:
+        it = iter(loader)
+        next(it)
+        os.kill(loader._engine.pool.procs[0].pid, signal.SIGKILL)  # it attaches again
+        rest = sum(len(b["i"]) for b in it)
+        assert rest == 12_000 - 500
+        assert len(loader.stats()["shared_dataset"]) == 3
+    gc.collect()
+    assert _fds() == before
+    assert not mp.active_children()
