@@ -24,15 +24,25 @@ is filled: all workers start at once, so a dataset whose ``__getitem__`` waits u
 workers have begun a sample (a barrier) works, and the first batches do not wait for one
 worker. A kept sample packed into a batch claimed by another worker is loaded again there (the
 ring hands batches to whichever worker is free): at most ``num_workers - 1`` samples, once.
+
+NOTE [errors do not end the epoch]
+A batch whose samples raised (in a worker: its slot is FAILED; in the main process: the fill
+raised an ``Exception``; the probe: its first sample raised) counts as consumed before its error
+is raised, so the next ``next()`` on the same iterator goes on with the next batch, as torch's
+iterator does (users catch per batch and go on). Anything else that ends a ``next()`` with an
+error (a timeout, a death in "raise" mode, Ctrl+C, a closed loader) leaves ``consumed``
+unchanged and drops the rest of the epoch, as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 from . import _messages as m
@@ -54,6 +64,16 @@ __all__ = ["Engine"]
 
 _client_ids = itertools.count()
 log = logging.getLogger("fastload")
+
+
+@contextlib.contextmanager
+def _consumed_if_raises(engine: Engine) -> Iterator[None]:
+    """NOTE [errors do not end the epoch], for the in-process fill."""
+    try:
+        yield
+    except Exception:
+        engine.consumed += 1
+        raise
 
 
 class Engine:
@@ -163,7 +183,10 @@ class Engine:
         try:
             batch = self._worker_batch(epoch) if self.pool else self._inprocess_batch(epoch, b)
         except BaseException:
-            self.abort_epoch()
+            if self.consumed == b:  # NOTE [errors do not end the epoch]
+                self.abort_epoch()
+            elif self.consumed >= total:
+                self.active_epoch = None
             raise
         self.consumed += 1
         if self.consumed >= total:
@@ -173,9 +196,10 @@ class Engine:
     def _inprocess_batch(self, epoch: int, b: int) -> Any:
         """num_workers=0: the workers' fill path (fastload/_fill.py), into a private buffer."""
         assert self.filler is not None
-        self.layout, batch = self.filler.load(self.layout, self.plan.batch(epoch, b),
-                                              self.plan.rows, self.plan.seed, epoch,
-                                              self.cfg.sample_spec)
+        with _consumed_if_raises(self):
+            self.layout, batch = self.filler.load(self.layout, self.plan.batch(epoch, b),
+                                                  self.plan.rows, self.plan.seed, epoch,
+                                                  self.cfg.sample_spec)
         return batch
 
     # -- the worker path ---------------------------------------------------------------------
@@ -194,6 +218,7 @@ class Engine:
         info, spilled = slots.ring.slot_info(task.slot), None  # info["pid"]: who published it
         if _ring.state_bits(word)[0] == _ring.FAILED:
             slots.release(task.slot)
+            self.consumed += 1  # its samples raised: the next next() goes on with the next batch
             what = f"batch {task.batch} of epoch {epoch}"
             self.mail.raise_failure(task.slot, task.seq, word, what, info["pid"])
         if self.layout.n_objects and info["flags"] & _ring.F_SPILLED:
@@ -257,7 +282,16 @@ class Engine:
             if mail.probe is None:
                 self._send_probe()
             pool.pump(0, POLL_INTERVAL_S)
-            mail.collect()
+            try:
+                mail.collect()
+            except BaseException:
+                e = self.active_epoch
+                if mail.probe_failed and e is not None:  # the batch's first sample raised:
+                    mail.probe_failed = False  # that batch is consumed; nothing is queued yet
+                    self.consumed += 1
+                    if self.cursor.epoch == e:
+                        self.cursor.seek(e, max(self.cursor.batch, self.consumed))
+                raise
             if mail.layout is not None:
                 break
             self._check_workers()

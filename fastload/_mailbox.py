@@ -35,13 +35,14 @@ class Mailbox:
         self.layout: Any = None  # what worker 0's probe found
         self.probe: m.Probe | None = None  # sent, not yet answered
         self.probe_started = False  # worker 0 said it began loading the probe sample
+        self.probe_failed = False  # the error being raised is the probe sample's
 
     def send_probe(self, probe: m.Probe, warm: list[int]) -> None:
         """``probe`` to worker 0; the samples ``warm`` to workers 1, 2, ..., to load and keep
         (NOTE [first samples] in _engine.py)."""
         # Not kept if worker 0 is dead: the engine asks again once it is restarted.
         self.probe = probe if self.pool.send(0, probe) else None
-        self.probe_started = False
+        self.probe_started = self.probe_failed = False
         for k, index in enumerate(warm, 1):
             self.pool.send(k, probe._replace(sample=index, spec=None, report=False))
 
@@ -80,6 +81,7 @@ class Mailbox:
                 self.layout = msg.layout
         elif isinstance(msg, (m.ProbeFailed, m.InitFailed)):
             self.probe = None
+            self.probe_failed = isinstance(msg, m.ProbeFailed)
             raise_rebuilt(msg.error)
         elif isinstance(msg, m.DatasetFailed):
             try:

@@ -403,3 +403,26 @@ def test_the_datasets_metadata_is_shared_by_default():
     assert {k for _, kinds in got for k in kinds} == {"SharedList"}  # what the workers read
     assert {k for _, kinds in want for k in kinds} == {"list"}
     assert type(ds.paths) is list
+
+
+def _catch_all(loader):
+    it, out = iter(loader), []
+    while True:
+        try:
+            out.append(next(it).tolist())
+        except StopIteration:
+            return out
+        except KeyError as e:
+            assert "bad sample 4" in str(e)
+            out.append("KeyError")
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_error_does_not_end_the_iterator_as_in_torch(num_workers):
+    ref = _catch_all(TorchDataLoader(FailingDS(), batch_size=2, num_workers=num_workers))
+    assert ref[2] == "KeyError" and len(ref) == 3  # torch: the last batch raised
+    with DataLoader(FailingDS(), batch_size=1, num_workers=num_workers) as dl:
+        got = _catch_all(dl)
+        want = _catch_all(TorchDataLoader(FailingDS(), batch_size=1, num_workers=num_workers))
+    assert got == want and got[4] == "KeyError" and got[5] == [5.0]

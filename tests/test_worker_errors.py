@@ -302,3 +302,56 @@ def test_close_during_a_hang_is_prompt():
 
 
 # on_worker_death="restart": tests/test_faults.py
+
+
+# -- NOTE [errors do not end the epoch] --------------------------------------------------------
+def _catching(it) -> tuple[list[int], list[str]]:
+    """Iterate as a user who catches per batch and goes on."""
+    got, errors = [], []
+    while True:
+        try:
+            b = next(it)
+        except StopIteration:
+            return got, errors
+        except ValueError as e:
+            errors.append(re.search(r"sample \d+ is bad", str(e)).group(0))
+            continue
+        got += b.tolist()
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("nw", [0, 2])
+@pytest.mark.parametrize("bad", [(0,), (9,), (19,), (0, 5, 13, 19)],
+                         ids=["first sample", "middle", "last", "several"])
+def test_the_next_next_goes_on_after_a_batch_raised(nw, bad):
+    from helpers.datasets import RaisesAt
+
+    with fastload.Loader(RaisesAt(20, bad), 4, num_workers=nw) as loader:
+        got, errors = _catching(iter(loader))
+        lost = {i for i in range(20) if i // 4 in {b // 4 for b in bad}}
+        assert got == [i for i in range(20) if i not in lost]  # every other batch, in order
+        assert errors == [f"sample {b} is bad" for b in sorted(set(bad))]
+        # The loader and its workers are still fine: the next epoch raises the same way.
+        assert _catching(iter(loader)) == (got, errors)
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("nw", [0, 2])
+def test_a_state_taken_after_an_error_resumes_after_the_failed_batch(nw):
+    from helpers.datasets import RaisesAt
+
+    ds = RaisesAt(24, (9,))
+    with fastload.Loader(ds, 4, shuffle=True, seed=5, num_workers=nw) as loader:
+        it = iter(loader)
+        seen = []
+        while True:
+            try:
+                seen.append(next(it).tolist())
+            except ValueError:
+                state = loader.state_dict()
+                break
+        rest = _catching(it)[0]
+    with fastload.Loader(ds, 4, shuffle=True, num_workers=0) as again:
+        again.load_state_dict(state)
+        assert _catching(iter(again))[0] == rest
+    assert 9 not in rest and len(seen) * 4 + 4 + len(rest) == 24

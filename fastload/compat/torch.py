@@ -406,44 +406,7 @@ class DataLoader:
         it = iter(self._loader)  # one Loader epoch per iter(): see NOTE [batch plans]
         self._plans.clear()
         self._plans[it.epoch] = plan  # asked for at the first next(), then popped
-        return self._batches(it, pin, len(plan))
-
-    def _batches(self, it: Any, pin: bool, nbatches: int) -> Any:
-        collate = self.collate_fn
-        auto = self._auto_collation
-        for _ in range(nbatches):  # the plan's batches
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            except LoaderTimeoutError as e:
-                raise DataLoaderTimeoutError(
-                    f"DataLoader timed out after {self.timeout} seconds ({e})"
-                ) from e
-            except LayoutMismatchError as e:
-                mismatch = getattr(e, "shape_mismatch", None)
-                if collate is not None or mismatch is None:
-                    raise
-                path, want, got = mismatch
-                what = f"{path}: expected shape {want} (as in the first sample), got {got}"
-                index = getattr(e, "fastload_index", None)
-                where = f" (sample index {index})" if index is not None else ""
-                raise DataLoaderCollateError(
-                    f"stack expects each tensor to be equal size: {what}{where}. torch's default "
-                    "collate stacks every leaf of the samples; pass a collate_fn (e.g. one using "
-                    "torch.nn.utils.rnn.pad_sequence) for samples whose shapes vary"
-                ) from e
-            if not auto:
-                out = _convert(batch[0])  # unstacked: the sample as the dataset returned it
-            elif collate is None:
-                out = _collate(batch)
-            else:
-                out = collate(batch)  # unstacked: the list of samples
-            if pin:
-                from torch.utils.data._utils.pin_memory import pin_memory as _pin
-
-                out = _pin(out, torch.accelerator.current_accelerator().type)
-            yield out
+        return _BatchIter(self, it, pin, len(plan))
 
     def close(self) -> None:
         """Stop the workers and free the shared memory; batches still held stay valid.
@@ -480,3 +443,55 @@ def _convert(x: Any) -> Any:
     if isinstance(x, dict):
         return type(x)({k: _convert(v) for k, v in x.items()})
     return x
+
+
+class _BatchIter:
+    """One pass over a DataLoader. Like torch's iterator (and unlike a generator, which ends at
+    its first exception), a batch whose samples raised is reported and the next ``next()`` goes
+    on with the next batch (NOTE [errors do not end the epoch] in fastload/_engine.py)."""
+
+    def __init__(self, dl: DataLoader, it: Any, pin: bool, nbatches: int) -> None:
+        self.dl, self.it, self.pin, self.nbatches, self.done = dl, it, pin, nbatches, 0
+        self.collate, self.auto = dl.collate_fn, dl._auto_collation
+
+    def __iter__(self) -> _BatchIter:
+        return self
+
+    def __len__(self) -> int:
+        return self.nbatches
+
+    def __next__(self) -> Any:
+        if self.done >= self.nbatches:  # the plan's batches
+            raise StopIteration
+        self.done += 1
+        collate = self.collate
+        try:
+            batch = next(self.it)
+        except LoaderTimeoutError as e:
+            raise DataLoaderTimeoutError(
+                f"DataLoader timed out after {self.dl.timeout} seconds ({e})"
+            ) from e
+        except LayoutMismatchError as e:
+            mismatch = getattr(e, "shape_mismatch", None)
+            if collate is not None or mismatch is None:
+                raise
+            path, want, got = mismatch
+            what = f"{path}: expected shape {want} (as in the first sample), got {got}"
+            index = getattr(e, "fastload_index", None)
+            where = f" (sample index {index})" if index is not None else ""
+            raise DataLoaderCollateError(
+                f"stack expects each tensor to be equal size: {what}{where}. torch's default "
+                "collate stacks every leaf of the samples; pass a collate_fn (e.g. one using "
+                "torch.nn.utils.rnn.pad_sequence) for samples whose shapes vary"
+            ) from e
+        if not self.auto:
+            out = _convert(batch[0])  # unstacked: the sample as the dataset returned it
+        elif collate is None:
+            out = _collate(batch)
+        else:
+            out = collate(batch)  # unstacked: the list of samples
+        if self.pin:
+            from torch.utils.data._utils.pin_memory import pin_memory as _pin
+
+            out = _pin(out, torch.accelerator.current_accelerator().type)
+        return out

@@ -415,3 +415,18 @@ class NumpyStrings:
 
     def __getitem__(self, i: int) -> Any:
         return np.str_("x" * (i + 1)), np.bytes_(b"y" * i), i
+
+
+class RaisesAt:
+    """Every sample in ``bad`` raises ValueError naming it, every time it is loaded."""
+
+    def __init__(self, n: int, bad: tuple[int, ...]) -> None:
+        self.n, self.bad = n, set(bad)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        if i in self.bad:
+            raise ValueError(f"sample {i} is bad")
+        return np.int64(i)
