@@ -426,3 +426,31 @@ def test_an_error_does_not_end_the_iterator_as_in_torch(num_workers):
         got = _catch_all(dl)
         want = _catch_all(TorchDataLoader(FailingDS(), batch_size=1, num_workers=num_workers))
     assert got == want and got[4] == "KeyError" and got[5] == [5.0]
+
+
+def test_settings_torch_freezes_are_frozen_and_the_class_is_generic():
+    dl = DataLoader(ArrayDS(), batch_size=4)
+    ref = TorchDataLoader(ArrayDS(), batch_size=4)
+    for attr, val in (("batch_size", 8), ("sampler", None), ("drop_last", True),
+                      ("dataset", ArrayDS(3)), ("batch_sampler", None),
+                      ("persistent_workers", True)):
+        with pytest.raises(ValueError) as theirs:
+            setattr(ref, attr, val)
+        with pytest.raises(ValueError) as ours:
+            setattr(dl, attr, val)
+        assert str(ours.value) == str(theirs.value)
+    dl.num_workers = 0  # torch allows these
+    dl.timeout = 1.0
+    assert DataLoader[int] is not None and TorchDataLoader[int] is not None
+    assert [b.shape for b in dl] == [b.shape for b in ref]
+
+
+def test_too_many_workers_warns_as_torch_does(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    with pytest.warns(UserWarning, match="suggested max number of worker in current system is 1"):
+        TorchDataLoader(ArrayDS(), num_workers=3)
+    with pytest.warns(UserWarning, match="suggested max number of worker in current system is 1"):
+        with DataLoader(ArrayDS(), num_workers=3):
+            pass

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import multiprocessing as _mp
 import warnings
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -51,6 +51,7 @@ try:
         RandomSampler,
         SequentialSampler,
     )
+    from torch.utils.data import DataLoader as TorchDataLoader
     from torch.utils.data import default_collate as _default_collate
 except ImportError as _e:  # pragma: no cover - exercised only without torch
     raise ImportError(
@@ -203,7 +204,13 @@ def _start_method_of(ctx: Any) -> str | None:
     return str(ctx.get_start_method())
 
 
-class DataLoader:
+_T_co = TypeVar("_T_co", covariant=True)
+
+#: What torch refuses to change once a DataLoader is built (its __setattr__).
+_FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
+
+
+class DataLoader(Generic[_T_co]):
     """``torch.utils.data.DataLoader`` on fastload (see the module docstring for differences).
 
     Extra keyword arguments ``max_held`` and ``copy`` are passed to :class:`fastload.Loader`.
@@ -332,6 +339,16 @@ class DataLoader:
         self._copy = copy
         self._plans: dict[int, list[Any]] = {}
         self._base_seed: int | None = None
+        self._initialized = True
+        # torch's own check (a warning when num_workers exceeds the CPUs this process may use)
+        TorchDataLoader.check_worker_number_rationality(self)
+
+    def __setattr__(self, attr: str, val: Any) -> None:
+        if attr in _FROZEN and self.__dict__.get("_initialized"):
+            raise ValueError(
+                f"{attr} attribute should not be set after {type(self).__name__} is initialized"
+            )
+        super().__setattr__(attr, val)
 
     # -- the index sampler ------------------------------------------------------------------
     @property
@@ -417,7 +434,7 @@ class DataLoader:
             self._loader.close()
             self._loader = None
 
-    def __enter__(self) -> DataLoader:
+    def __enter__(self) -> DataLoader[_T_co]:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -450,7 +467,7 @@ class _BatchIter:
     its first exception), a batch whose samples raised is reported and the next ``next()`` goes
     on with the next batch (NOTE [errors do not end the epoch] in fastload/_engine.py)."""
 
-    def __init__(self, dl: DataLoader, it: Any, pin: bool, nbatches: int) -> None:
+    def __init__(self, dl: DataLoader[Any], it: Any, pin: bool, nbatches: int) -> None:
         self.dl, self.it, self.pin, self.nbatches, self.done = dl, it, pin, nbatches, 0
         self.collate, self.auto = dl.collate_fn, dl._auto_collation
 
