@@ -143,6 +143,7 @@ class Mailbox:
                        f"in slot {slot} but has not sent what goes with it (its process is "
                        f"{_process_state(pool.pid_of(worker))}; `kill -USR1 <pid>` prints "
                        "where it is)")
+            pool.check()  # other workers that die meanwhile are restarted, not left dead
             pool.pump(worker, wait.step() or POLL_INTERVAL_S)
 
     def clear(self) -> None:

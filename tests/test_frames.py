@@ -149,3 +149,40 @@ def test_the_spilled_batch_still_arrives_after_the_worker_goes_on():
         first = next(iter(loader))
         assert [a.shape for a in first] == [ds[0].shape, ds[1].shape]
         assert np.array_equal(first[1][-10:], ds[1][-10:])
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+def test_workers_that_die_while_a_message_is_awaited_are_restarted(monkeypatch):
+    if not hasattr(os, "memfd_create"):
+        pytest.skip("needs os.memfd_create (Linux): without it a spill has no fd")
+    import threading
+
+    import fastload._worker as worker
+
+    monkeypatch.setattr(worker, "send_handle", _stop_before_the_fd)  # inherited under fork
+    loader = fastload.Loader(Big(mib=4), 2, num_workers=2, start_method="fork", ragged="list",
+                             timeout=4.0, on_worker_death="restart")
+    procs = loader._engine.pool.procs
+    first = [p.pid for p in procs]
+    # Worker 0 or 1 stops before sending the big batch's fd; while the loader waits for it, the
+    # other one is killed: it must be restarted during that wait, not after it.
+    def kill_the_other():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for k, pid in enumerate(first):
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                        os.kill(first[1 - k], signal.SIGKILL)
+                        return
+            time.sleep(0.02)
+
+    t = threading.Thread(target=kill_the_other)
+    t.start()
+    with pytest.raises(fastload.LoaderTimeoutError, match="stopped"):
+        list(loader)
+    t.join()
+    now = [p.pid if p is not None else None for p in procs]
+    stopped = [pid for pid in first if pid in now]
+    assert len(stopped) == 1 and None not in now and len(set(now) - set(first)) == 1, (first, now)
+    os.kill(stopped[0], signal.SIGCONT)
+    loader.close()
