@@ -282,7 +282,33 @@ def _add_items(sec: _Sections, p: str, items: list[Any]) -> str:
 
 
 # -- SharedList ------------------------------------------------------------------------------------
-class SharedList(Sequence):  # type: ignore[type-arg]
+class _Shared:
+    """What SharedList and SharedDict have in common: the region, pickling as a handle, and the
+    private copy a changed share_dataset container becomes (``_mutator``)."""
+
+    _what = ""
+    _region: _Region
+    _private: Any
+    _cow: bool
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of shared memory the items take."""
+        return self._region.nbytes
+
+    def _materialize(self) -> Any:
+        raise NotImplementedError
+
+    def __reduce__(self) -> Any:
+        if self._private is not None:
+            return (type(self._private), (self._private,))
+        if not _HAVE_PROC:
+            return (type(self), (self._materialize(),))
+        return (_attach, (type(self), self._region.handle(), self._cow))
+
+
+class SharedList(_Shared, Sequence):  # type: ignore[type-arg]
     """A read-only list whose items live in shared memory (NOTE [shared containers]).
 
     ``SharedList(iterable)`` reads the iterable once. Indexing, slicing (a list), ``len``,
@@ -308,11 +334,6 @@ class SharedList(Sequence):  # type: ignore[type-arg]
         self._items = _Items(region, "", kind, n)
         self._private: list[Any] | None = None
         self._cow = False
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of shared memory the items take."""
-        return self._region.nbytes
 
     @property
     def kind(self) -> str:
@@ -355,17 +376,8 @@ class SharedList(Sequence):  # type: ignore[type-arg]
                 _same(a, b) for a, b in zip(self, other))
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]
-
     def __repr__(self) -> str:
         return f"fastload.SharedList({len(self)} items, {self.kind}, {self.nbytes:,} bytes shared)"
-
-    def __reduce__(self) -> Any:
-        if self._private is not None:
-            return (list, (self._private,))
-        if not _HAVE_PROC:
-            return (type(self), (list(self),))
-        return (_attach, (type(self), self._region.handle(), self._cow))
 
     def _materialize(self) -> list[Any]:
         return list(self)
@@ -420,7 +432,7 @@ def _mutator(name: str) -> Any:
 
 
 # -- SharedDict ------------------------------------------------------------------------------------
-class SharedDict(Mapping):  # type: ignore[type-arg]
+class SharedDict(_Shared, Mapping):  # type: ignore[type-arg]
     """A read-only dict whose keys and values live in shared memory (NOTE [shared containers]).
 
     ``SharedDict(mapping)`` (or an iterable of pairs). Lookup, ``in``, ``get``, ``len``,
@@ -466,10 +478,6 @@ class SharedDict(Mapping):  # type: ignore[type-arg]
         self._mask = len(self._table) - 1
         self._private: dict[Any, Any] | None = None
         self._cow = False
-
-    @property
-    def nbytes(self) -> int:
-        return self._region.nbytes
 
     def _find(self, key: Any) -> int:
         try:
@@ -527,17 +535,8 @@ class SharedDict(Mapping):  # type: ignore[type-arg]
                 k in other and _same(v, other[k]) for k, v in self.items())
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]
-
     def __repr__(self) -> str:
         return f"fastload.SharedDict({len(self)} items, {self.nbytes:,} bytes shared)"
-
-    def __reduce__(self) -> Any:
-        if self._private is not None:
-            return (dict, (self._private,))
-        if not _HAVE_PROC:
-            return (type(self), (dict(self.items()),))
-        return (_attach, (type(self), self._region.handle(), self._cow))
 
     def _materialize(self) -> dict[Any, Any]:
         return dict(_ItemsView(self))

@@ -10,6 +10,7 @@ import pickle
 import signal
 import struct
 import time
+from multiprocessing.reduction import send_handle as _real_send_handle
 
 import numpy as np
 import pytest
@@ -109,18 +110,19 @@ def _stop_before_the_fd(conn, fd, pid):
     _real_send_handle(conn, fd, pid)
 
 
-from multiprocessing.reduction import send_handle as _real_send_handle  # noqa: E402
-
-
-@pytest.mark.timeout(MP_TIMEOUT)
-def test_a_worker_stopped_between_a_spill_and_its_fd_is_a_timeout_not_a_hang(monkeypatch):
+def _stopping_loader(monkeypatch, **kw):
+    """A loader whose first big batch's worker stops (SIGSTOP) between its SpillFd and its fd."""
     if not hasattr(os, "memfd_create"):
         pytest.skip("needs os.memfd_create (Linux): without it a spill has no fd")
     import fastload._worker as worker
 
     monkeypatch.setattr(worker, "send_handle", _stop_before_the_fd)  # inherited under fork
-    loader = fastload.Loader(Big(mib=4), 2, num_workers=1, start_method="fork", ragged="list",
-                             timeout=2.0)
+    return fastload.Loader(Big(mib=4), 2, start_method="fork", ragged="list", **kw)
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+def test_a_worker_stopped_between_a_spill_and_its_fd_is_a_timeout_not_a_hang(monkeypatch):
+    loader = _stopping_loader(monkeypatch, num_workers=1, timeout=2.0)
     pid = loader._engine.pool.procs[0].pid
     t0 = time.monotonic()
     with pytest.raises(fastload.LoaderTimeoutError, match="stopped"):
@@ -153,15 +155,10 @@ def test_the_spilled_batch_still_arrives_after_the_worker_goes_on():
 
 @pytest.mark.timeout(MP_TIMEOUT)
 def test_workers_that_die_while_a_message_is_awaited_are_restarted(monkeypatch):
-    if not hasattr(os, "memfd_create"):
-        pytest.skip("needs os.memfd_create (Linux): without it a spill has no fd")
     import threading
 
-    import fastload._worker as worker
-
-    monkeypatch.setattr(worker, "send_handle", _stop_before_the_fd)  # inherited under fork
-    loader = fastload.Loader(Big(mib=4), 2, num_workers=2, start_method="fork", ragged="list",
-                             timeout=4.0, on_worker_death="restart")
+    loader = _stopping_loader(monkeypatch, num_workers=2, timeout=4.0,
+                              on_worker_death="restart")
     procs = loader._engine.pool.procs
     first = [p.pid for p in procs]
     # Worker 0 or 1 stops before sending the big batch's fd; while the loader waits for it, the
