@@ -15,8 +15,12 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
+import weakref
 
-__all__ = ["SharedRegion", "available_bytes", "new_fd"]
+__all__ = ["SharedRegion", "available_bytes", "drop_inherited", "new_fd"]
+
+#: Every region of this process that is mapped: what a forked worker drops (drop_inherited).
+_live: weakref.WeakSet[SharedRegion] = weakref.WeakSet()
 
 
 def _read_int(path: str) -> int | None:
@@ -104,6 +108,7 @@ class SharedRegion:
             raise
         # The mapping keeps the memory alive; the fd is needed only to send it to new workers.
         self.closed = False
+        _live.add(self)
 
     @classmethod
     def attach(cls, fd: int, nbytes: int) -> SharedRegion:
@@ -129,3 +134,66 @@ class SharedRegion:
                 self.closed = True
             except BufferError:
                 pass  # exported to live leases; freed with the last one
+
+
+def drop_inherited() -> int:
+    """In a forked worker, before it does anything: let go of every region inherited from the
+    parent (other loaders' slots, the pool's bell; a worker maps what it uses from the fds it
+    is sent). Otherwise a child keeps a closed loader's memory alive for as long as it lives
+    (its mapping and its copy of the fd hold the memfd).
+
+    Python objects of the parent's heap still refer to these mappings and fd numbers, and may
+    close them when collected, so neither is simply closed: the mapping is replaced in place by
+    an inaccessible anonymous one of the same size (MAP_FIXED, PROT_NONE: no memory, and the
+    range cannot be reused, so a later munmap of it is harmless), and every inherited memfd fd
+    number is pointed at /dev/null (dup2), so a later close of it closes nothing of ours.
+    Shared containers (shared.py) stay mapped: the worker's own dataset may be reading them.
+    Returns how many regions were dropped. Linux and macOS (ctypes mmap); a no-op where libc
+    cannot be loaded."""
+    regions = [r for r in list(_live) if not r.closed]
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]
+    except (OSError, AttributeError):  # pragma: no cover - no libc to call
+        return 0
+    fixed, anon = 0x10, getattr(mmap, "MAP_ANONYMOUS", 0x20)  # MAP_FIXED: 0x10 on Linux, macOS
+    devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    dropped = 0
+    try:
+        for r in regions:
+            try:
+                view = (ctypes.c_char * 1).from_buffer(r.mm)
+            except (TypeError, ValueError, BufferError):
+                continue  # a read-only or closed mapping: not one of ours to drop
+            addr = ctypes.addressof(view)
+            del view
+            size = -(-r.nbytes // mmap.PAGESIZE) * mmap.PAGESIZE
+            got = libc.mmap(addr, size, 0, mmap.MAP_PRIVATE | anon | fixed, -1, 0)  # PROT_NONE
+            if got != addr:
+                continue  # left as it was (mapped): costs memory, never correctness
+            dropped += 1
+        # Every inherited fd of a fastload memfd (a region's, the one Python's mmap keeps with
+        # each mapping, a shared container's): the worker is sent the fds it needs later.
+        for name in _listdir("/proc/self/fd"):
+            try:
+                fd = int(name)
+                if fd != devnull and os.readlink(f"/proc/self/fd/{fd}").startswith(
+                        "/memfd:fastload"):
+                    os.dup2(devnull, fd, inheritable=False)
+            except (OSError, ValueError):
+                continue
+    finally:
+        os.close(devnull)
+    return dropped
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:  # no /proc (macOS): the fds stay
+        return []

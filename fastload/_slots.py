@@ -88,9 +88,12 @@ class _Returner:
         self.ring = ring
         self.freed: deque[int] = deque()
         self.closed = False
+        self.pid = os.getpid()
 
     def release(self, slot: int) -> None:
-        if not self.closed:
+        # Not in a forked child: a lease it inherited and frees (its GC) is the parent's to
+        # return, and the child has dropped the mapping (_region.drop_inherited).
+        if not self.closed and os.getpid() == self.pid:
             self.ring.release(slot)
             self.freed.append(slot)
 

@@ -100,6 +100,10 @@ def worker_main(
     if parent_pid and ppid != parent_pid:
         os._exit(0)  # the parent died before PDEATHSIG was armed
     _start_watchdog(ppid)
+    if not pickled:  # fork: other loaders' regions came with the parent's memory; let go
+        from ._region import drop_inherited
+
+        drop_inherited()
     worker = _Worker(worker_id, num_workers, conn, seed)
     try:
         if first_cid >= 0:

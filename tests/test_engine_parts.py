@@ -152,11 +152,15 @@ def test_messages_pickle_and_compare_by_value():
 
 
 class _FakePool:
-    """What a Mailbox uses of a WorkerPool: routed messages, liveness, pumping."""
+    """What a Mailbox uses of a WorkerPool: routed messages, liveness, pumping, checks."""
 
     def __init__(self):
         self.routed = []
         self.incarnation = [0]
+        self.checks = 0
+
+    def check(self):
+        self.checks += 1  # restarting other dead workers: none here
 
     def take(self, cid):
         out, self.routed = self.routed, []
@@ -215,6 +219,7 @@ def test_a_batch_message_that_never_comes_is_a_timeout_not_a_hang():
                        r"finished the batch in slot 1 but has not sent"):
         mail.take(0, 1, 9)
     assert 0.3 <= time.monotonic() - t0 < 2
+    assert pool.checks >= 2  # other workers' deaths are handled meanwhile
 
 
 def test_a_redone_task_keeps_its_seq_and_its_place():

@@ -114,3 +114,31 @@ def test_works_with_small_dev_shm() -> None:
                        text=True, timeout=100)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("OK"), r.stdout
+
+
+def _memfd_mappings(pid: int) -> list[int]:
+    """Sizes of the fastload memfd mappings of process ``pid``."""
+    with open(f"/proc/{pid}/maps") as f:
+        spans = [ln.split()[0] for ln in f if "memfd:fastload" in ln]
+    return [int(b, 16) - int(a, 16) for a, b in (s.split("-") for s in spans)]
+
+
+@pytest.mark.timeout(120)
+def test_forked_workers_do_not_keep_other_loaders_regions() -> None:
+    from helpers.datasets import Range
+
+    a = fastload.Loader(Range(1000, (1000,)), 64, num_workers=2, start_method="fork")
+    list(a)
+    a_bytes = a._engine.slots.region.nbytes
+    b = fastload.Loader(Range(100), 10, num_workers=1, start_method="fork")
+    list(b)
+    pid = b._engine.pool.procs[0].pid
+    own = b._engine.slots.region.nbytes
+    sizes = _memfd_mappings(pid)
+    assert a_bytes not in sizes and max(sizes) < a_bytes, (sizes, a_bytes)
+    assert len(sizes) == 2 and -(-own // 4096) * 4096 in sizes  # its own region and the bell
+    fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    assert sum("memfd:fastload" in f for f in fds) == 2  # the fds Python's mmap keeps of those
+    a.close()
+    assert sum(len(bb) for bb in b) == 100  # b's workers never touched what they let go
+    b.close()
