@@ -81,6 +81,12 @@ class Task(NamedTuple):
     batch: int
 
 
+#: This process's pid, updated in a forked child (os.register_at_fork).
+_pid = [os.getpid()]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+
+
 class _Returner:
     """Takes slots back from dying leases (in whatever thread the last array is freed)."""
 
@@ -88,12 +94,13 @@ class _Returner:
         self.ring = ring
         self.freed: deque[int] = deque()
         self.closed = False
-        self.pid = os.getpid()
+        self.pid = _pid[0]
 
     def release(self, slot: int) -> None:
         # Not in a forked child: a lease it inherited and frees (its GC) is the parent's to
-        # return, and the child has dropped the mapping (_region.drop_inherited).
-        if not self.closed and os.getpid() == self.pid:
+        # return, and the child has dropped the mapping (_region.drop_inherited). The pid is
+        # kept up to date at fork, so this costs no getpid() per batch.
+        if not self.closed and _pid[0] == self.pid:
             self.ring.release(slot)
             self.freed.append(slot)
 

@@ -238,36 +238,36 @@ class _Region:
 
 
 class _Items:
-    """Item i of one section group (prefix ``p``): a column or an arena."""
+    """Item i of one section group (prefix ``p``): a column or an arena. ``get`` is made once
+    for the kind: a closure over the mapping and the offsets (not a bound method: that would be
+    a cycle, and the mapping could not be closed until a garbage collection)."""
 
     def __init__(self, region: _Region, p: str, kind: str, n: int) -> None:
         self.kind, self.n = kind, n
         if kind in ("str", "bytes", "pickle"):
-            self.offsets = region.array(p + "offsets")
-            off = region.meta[p + "arena"][0]
-            self.mm, self.base = region.mm, off
+            self.get = _arena_reader(kind, region.mm, region.meta[p + "arena"][0],
+                                     region.array(p + "offsets").data)  # ints, not np scalars
         else:
-            self.col = region.array(p + "col")
-
-    def get(self, i: int) -> Any:
-        k = self.kind
-        if k in ("str", "bytes", "pickle"):
-            a, b = self.offsets[i : i + 2].tolist()
-            raw = self.mm[self.base + a : self.base + b]
-            if k == "str":
-                return raw.decode("utf-8", "surrogatepass")
-            return raw if k == "bytes" else pickle.loads(raw)
-        if k == "array":
-            return self.col[i]  # a read-only view of the shared rows
-        if k == "scalar":
-            return self.col[i]  # the NumPy scalar it was
-        return self.col[i].item()  # int, float, bool
+            self.col = col = region.array(p + "col")
+            # array: a read-only view of the shared rows; scalar: the NumPy scalar it was
+            self.get = col.__getitem__ if kind in ("array", "scalar") else (
+                lambda i: col[i].item())  # int, float, bool
 
     def many(self, start: int, stop: int) -> list[Any]:
         if self.kind in ("int", "float", "bool"):
             out: list[Any] = self.col[start:stop].tolist()
             return out
-        return [self.get(i) for i in range(start, stop)]
+        get = self.get
+        return [get(i) for i in range(start, stop)]
+
+
+def _arena_reader(kind: str, mm: mmap.mmap, base: int, off: memoryview) -> Any:
+    def raw(i: int) -> bytes:
+        return mm[base + off[i]: base + off[i + 1]]
+
+    if kind == "str":
+        return lambda i: raw(i).decode("utf-8", "surrogatepass")
+    return raw if kind == "bytes" else (lambda i: pickle.loads(raw(i)))
 
 
 def _add_items(sec: _Sections, p: str, items: list[Any]) -> str:
@@ -473,8 +473,8 @@ class SharedDict(_Shared, Mapping):  # type: ignore[type-arg]
         self._n = n
         self._keys = _Items(region, "k.", kkind, n)
         self._values = _Items(region, "v.", vkind, n)
-        self._hashes = region.array("hashes")
-        self._table = region.array("table")
+        self._hashes = region.array("hashes").data  # probed per lookup: plain ints
+        self._table = region.array("table").data
         self._mask = len(self._table) - 1
         self._private: dict[Any, Any] | None = None
         self._cow = False
@@ -487,10 +487,10 @@ class SharedDict(_Shared, Mapping):  # type: ignore[type-arg]
             return -1  # a key type no SharedDict holds: absent
         table, hashes, j = self._table, self._hashes, h & self._mask
         while True:
-            idx = int(table[j])
+            idx = table[j]
             if idx < 0:
                 return -1
-            if int(hashes[idx]) == h and self._keys.get(idx) == key:
+            if hashes[idx] == h and self._keys.get(idx) == key:
                 return idx
             j = (j + 1) & self._mask
 
@@ -559,7 +559,8 @@ class _ItemsView(ItemsView):  # type: ignore[type-arg]
     def __contains__(self, kv: object) -> bool:
         k: Any = kv[0]  # type: ignore[index]
         v: Any = kv[1]  # type: ignore[index]
-        return bool(k in self.d) and _same(self.d[k], v) and _same(self.d[k], v)
+        got = self.d.get(k, _ItemsView)  # (a sentinel no value can be)
+        return got is not _ItemsView and _same(got, v)
 
 
 class _ValuesView(ValuesView):  # type: ignore[type-arg]
