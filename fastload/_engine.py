@@ -36,13 +36,11 @@ unchanged and drops the rest of the epoch, as before.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import os
 import time
 from collections import deque
-from collections.abc import Iterator
 from typing import Any
 
 from . import _messages as m
@@ -64,16 +62,6 @@ __all__ = ["Engine"]
 
 _client_ids = itertools.count()
 log = logging.getLogger("fastload")
-
-
-@contextlib.contextmanager
-def _consumed_if_raises(engine: Engine) -> Iterator[None]:
-    """NOTE [errors do not end the epoch], for the in-process fill."""
-    try:
-        yield
-    except Exception:
-        engine.consumed += 1
-        raise
 
 
 class Engine:
@@ -196,10 +184,13 @@ class Engine:
     def _inprocess_batch(self, epoch: int, b: int) -> Any:
         """num_workers=0: the workers' fill path (fastload/_fill.py), into a private buffer."""
         assert self.filler is not None
-        with _consumed_if_raises(self):
+        try:
             self.layout, batch = self.filler.load(self.layout, self.plan.batch(epoch, b),
                                                   self.plan.rows, self.plan.seed, epoch,
                                                   self.cfg.sample_spec)
+        except Exception:
+            self.consumed += 1  # NOTE [errors do not end the epoch]
+            raise
         return batch
 
     # -- the worker path ---------------------------------------------------------------------
