@@ -147,7 +147,7 @@ class WorkerPool:
         self.bell = _ring.Bell(self.bell_region.mm, create=True)
         self.procs: list[Any] = [None] * num_workers
         self.conns: list[Connection | None] = [None] * num_workers
-        self.readers: list[Any] = [None] * num_workers  # FrameReader of conns[i]
+        self.readers: list[FrameReader | None] = [None] * num_workers  # of conns[i]
         self.restarts = 0
         self.closed = False
         try:
@@ -206,14 +206,14 @@ class WorkerPool:
     def pump(self, i: int, timeout: float) -> None:
         """Read what worker i has sent, waiting up to ``timeout`` for the first message."""
         with self.lock:
-            conn = self.conns[i]
-            if conn is None:
+            conn, reader = self.conns[i], self.readers[i]
+            if conn is None or reader is None:
                 return
             try:
                 if not conn.poll(timeout):
                     return
                 # Never waits for the rest of a message (NOTE [resumable reads]).
-                for msg in self.readers[i].read():
+                for msg in reader.read():
                     self._route(i, msg)
             except (EOFError, OSError):
                 return  # it died: check() says how
