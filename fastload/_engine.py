@@ -170,11 +170,17 @@ class Engine:
             self.memwatch.first_batch_out(self.pool.pids())
         try:
             batch = self._worker_batch(epoch) if self.pool else self._inprocess_batch(epoch, b)
-        except BaseException:
+        except BaseException as e:
             if self.consumed == b:  # NOTE [errors do not end the epoch]
                 self.abort_epoch()
             elif self.consumed >= total:
                 self.active_epoch = None
+            if self.closed and isinstance(e, Exception) and not isinstance(e, LoaderClosedError):
+                # closed by another thread (Pool.close) mid-batch: whatever broke under us (a
+                # closed bell or ring, slots gone) is that, and is said so
+                raise LoaderClosedError(
+                    f"this Loader was closed while it loaded a batch ({self.closed_reason})"
+                ) from e
             raise
         self.consumed += 1
         if self.consumed >= total:
@@ -292,7 +298,11 @@ class Engine:
                        f"{mail.probe.sample if mail.probe else '?'} (the first sample, which sets "
                        "the batch layout)")
         self.layout = mail.layout
-        self.slots = SlotTable(self.layout, self.cfg.nslots, self.counters)
+        slots = self.slots = SlotTable(self.layout, self.cfg.nslots, self.counters)
+        if self.closed:  # by another thread, which may have looked at self.slots before it was
+            slots.close()  # set (close() sets closed first): never leave a region behind
+            self.slots = None
+            self.check_usable()
         for i in range(self.cfg.num_workers):
             self._attach(i)
 

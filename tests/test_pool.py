@@ -449,6 +449,31 @@ def _outcome(loader):
         return e
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["_refill", "_wait_slot", "_worker_batch"])
+def test_a_pool_closed_at_any_step_of_a_batch_gives_loader_closed_error(where):
+    """Pool.close() from another thread may land between any two steps of the loader's thread
+    (CI saw it between delivery and the refill's bell ring: "ValueError: the bell is closed").
+    Here the close is made to land just before each step, deterministically: always
+    LoaderClosedError, never what the closed bell, ring or slots raised on the way."""
+    pool = fastload.Pool(2)
+    loader = fastload.Loader(Range(64), 4, pool=pool)
+    eng = loader._engine
+    it = iter(loader)
+    assert next(it).tolist() == [0, 1, 2, 3]
+    step = getattr(eng, where)
+
+    def closed_first(*args):
+        pool.close()
+        return step(*args)
+
+    setattr(eng, where, closed_first)
+    with pytest.raises(fastload.LoaderClosedError, match="closed"):
+        for _ in range(16):
+            next(it)
+    assert pool.closed
+
+
 @pytest.mark.timeout(90)
 def test_closing_the_pool_while_another_thread_waits_for_a_batch():
     """The waiting thread is inside the C wait on the loader's region: closing must not unmap
