@@ -22,6 +22,7 @@ from .errors import (
 from .layout import BatchLayout, Field
 from .loader import Loader, backend
 from .shared import SharedDict, SharedList
+from .stream import NpyShards, ShardedStream
 
 __all__ = [
     "Loader",
@@ -33,6 +34,8 @@ __all__ = [
     "Packed",
     "SharedList",
     "SharedDict",
+    "ShardedStream",
+    "NpyShards",
     "WorkerInfo",
     "get_worker_info",
     "sample_rng",

@@ -164,6 +164,9 @@ class EpochPlan:
             raise NotImplementedError("resuming a loader driven by a custom sampler")
         if state.get("format") != STATE_FORMAT:
             raise ValueError(f"not a fastload Loader state: format {state.get('format')!r}")
+        if "stream" in state and type(self) is EpochPlan:
+            raise ValueError("the state was saved by a Loader over a fastload.ShardedStream; "
+                             "this one reads a map-style dataset")
         for key, mine in (("len", self.n), ("batch_size", self.batch_size),
                           ("shuffle", self.shuffle), ("drop_last", self.drop_last),
                           ("shard", [self.rank, self.world])):

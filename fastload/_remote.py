@@ -38,10 +38,17 @@ def pack_exception(exc: BaseException, index: int | None, worker_id: int | None,
         "tb": tb,
         "index": index,
         "batch": batch,
+        "context": _safe_context(exc),
         "worker_id": worker_id,
         "pid": os.getpid(),
     }
     return pickle.dumps(info, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _safe_context(exc: BaseException) -> str | None:
+    """Where in a stream the error happened (set by fastload/_stream.py), if it says."""
+    where = getattr(exc, "_fastload_context", None)
+    return where if isinstance(where, str) else None
 
 
 def _safe_str(exc: BaseException) -> str:
@@ -79,6 +86,8 @@ def rebuild_exception(payload: bytes) -> BaseException:
         shown = ", ".join(map(str, batch[:8])) + (", ..." if len(batch) > 8 else "")
         where = (f"{where} in __getitems__([{shown}])" if info["index"] is not None
                  else f"__getitems__([{shown}])")
+    if info.get("context"):
+        where = f"{where}: {info['context']}"
     msg = (
         f"{info['message']}\n\n{info['type_name']} raised in {who} while loading {where}.\n"
         f"Original traceback:\n{info['tb']}"

@@ -21,6 +21,8 @@ except ImportError as e:  # pragma: no cover - exercised only on broken installs
     ) from e
 
 from ._engine import Engine
+from ._stream import stream_view
+from .stream import ShardedStream
 
 __all__ = ["Loader", "backend"]
 
@@ -137,6 +139,10 @@ class Loader:
         nesting, leaf types and shapes may differ from sample to sample; NOTE [unstacked
         batches] in fastload/_ragged.py). Their arrays still travel through the slot without
         pickling and come back as views; other leaves come back as themselves (pickled).
+    shuffle_buffer : int, optional
+        For a :class:`fastload.ShardedStream` with ``shuffle=True``: each shard's samples are
+        permuted within consecutive windows of this many samples (default 1024), besides the
+        shard order (NOTE [stream order] in fastload/_stream.py).
     share_dataset : bool
         Before the workers start, replace the dataset's large Python lists, tuples and dicts
         (10,000 items or ~16 MiB; in its attributes, one level into plain containers of them,
@@ -181,8 +187,17 @@ class Loader:
         pad_to_multiple: int | None = None,
         stack: bool = True,
         share_dataset: bool = True,
+        shuffle_buffer: int | None = None,
     ) -> None:
         self._engine: Engine | None = None
+        if isinstance(dataset, ShardedStream):
+            if batch_plan is not None:
+                raise ValueError("batch_plan cannot drive a ShardedStream: fastload plans the "
+                                 "stream's order itself (NOTE [stream order])")
+            dataset = stream_view(dataset, shuffle, shuffle_buffer, num_workers, start_method)
+        elif shuffle_buffer is not None:
+            raise ValueError("shuffle_buffer applies to a fastload.ShardedStream dataset; a "
+                             "map-style dataset is shuffled whole (shuffle=True)")
         n = dataset_len(dataset)
         cfg = LoaderConfig.build(
             n, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,

@@ -1,0 +1,146 @@
+"""Sharded streams: datasets that arrive as shards read in order (files, tables, buckets).
+
+A :class:`ShardedStream` says what its shards are and how to read one from a position; fastload
+plans every epoch itself (NOTE [stream order] in fastload/_stream.py): which rank and which
+batch reads which part of which shard, the same for any number of workers, resumable exactly.
+:class:`NpyShards` is the built-in one, over ``.npy`` files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ShardedStream", "NpyShards"]
+
+
+class ShardedStream:
+    """The protocol of a sharded stream: subclass it and define :meth:`shards` and
+    :meth:`iter_shard` (and :meth:`shard_len` when a shard's length is cheap to know).
+
+    Give the object to :class:`fastload.Loader` as the dataset. fastload assigns the shards to
+    ranks and workers (never call ``get_worker_info`` to split them), delivers every sample of
+    the epoch exactly once across all ranks and workers, gives every rank the same number of
+    batches, and resumes mid-epoch from ``state_dict()`` with any ``num_workers``.
+
+    Examples
+    --------
+    >>> import numpy as np, fastload
+    >>> class Lines(fastload.ShardedStream):
+    ...     def __init__(self, sizes): self.sizes = sizes
+    ...     def shards(self): return [f"part-{k}" for k in range(len(self.sizes))]
+    ...     def shard_len(self, shard): return self.sizes[int(shard.split("-")[1])]
+    ...     def iter_shard(self, shard, start):
+    ...         k = int(shard.split("-")[1])
+    ...         for i in range(start, self.sizes[k]):
+    ...             yield np.int64(100 * k + i)
+    >>> with fastload.Loader(Lines([3, 2]), batch_size=2, num_workers=0) as loader:
+    ...     [b.tolist() for b in loader]
+    [[0, 1], [2, 100], [101]]
+    """
+
+    def shards(self) -> Sequence[Any]:
+        """The shards, in their natural order: picklable descriptions (file paths, URLs, row
+        ranges); called once, in the main process, when the Loader is built."""
+        raise NotImplementedError(f"{type(self).__name__} must define shards()")
+
+    def iter_shard(self, shard: Any, start: int) -> Iterator[Any]:
+        """The samples of ``shard`` from position ``start`` (0-based) to its end, in order.
+
+        fastload calls it in its workers, at the position where a batch's part of the shard
+        begins (with ``shuffle=True``, where the shuffle window holding it begins), so that a
+        resumed loader never re-reads the part already consumed. Make ``start`` cheap (seek)
+        when you can: workers read one shard in parallel, each from its own position; a source
+        that can only read from its beginning costs each worker a skip to ``start``."""
+        raise NotImplementedError(f"{type(self).__name__} must define iter_shard(shard, start)")
+
+    # shard_len(self, shard) -> int is optional: define it when cheap (a file header, a table's
+    # row count). Without it fastload counts each shard once, in the workers, when the Loader
+    # is built (equal batches on every rank need every shard's length: NOTE [stream order]).
+
+
+def _npy_len(path: str) -> int:
+    return int(np.load(path, mmap_mode="r").shape[0])
+
+
+class NpyShards(ShardedStream):
+    """A :class:`ShardedStream` over ``.npy`` files: the rows of each file are its samples.
+
+    Parameters
+    ----------
+    paths : sequence of str or os.PathLike
+        One ``.npy`` file per shard; every file has the same dtype and row shape.
+    labels : sequence of paths or arrays, optional
+        A companion array per shard (same number of rows): samples are then ``(row, label)``.
+
+    Files are memory-mapped (read-only) in each worker; a batch's rows of one shard are
+    gathered with one NumPy ``take`` (C) instead of a Python call per sample, and the length of
+    a shard is read from its header, never counted.
+
+    Examples
+    --------
+    >>> import numpy as np, fastload, tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> paths = []
+    >>> for k, n in enumerate([3, 2]):
+    ...     paths.append(os.path.join(d, f"{k}.npy"))
+    ...     np.save(paths[-1], np.arange(n, dtype=np.float32) + 10 * k)
+    >>> with fastload.Loader(fastload.NpyShards(paths), batch_size=4, num_workers=0) as ld:
+    ...     [b.tolist() for b in ld]
+    [[0.0, 1.0, 2.0, 10.0], [11.0]]
+    """
+
+    def __init__(self, paths: Sequence[str | os.PathLike[str]],
+                 labels: Sequence[Any] | None = None) -> None:
+        if isinstance(paths, (str, os.PathLike)):
+            raise TypeError("NpyShards(paths): give a list of .npy files, not one path")
+        self.paths = [os.fspath(p) for p in paths]
+        if labels is not None and len(labels) != len(self.paths):
+            raise ValueError(f"NpyShards: {len(labels)} label arrays for {len(self.paths)} "
+                             "shards; give one per shard")
+        self.labels = None if labels is None else [
+            os.fspath(a) if isinstance(a, (str, os.PathLike)) else np.asarray(a) for a in labels]
+        self._maps: dict[int, tuple[Any, Any]] = {}
+        for k in range(len(self.paths)):  # clear errors now, in the main process
+            x, y = self._open(k)
+            if y is not None and len(y) != len(x):
+                raise ValueError(f"NpyShards: shard {self.paths[k]!r} has {len(x)} rows but "
+                                 f"its labels have {len(y)}")
+        self._maps.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_maps": {}}  # workers map the files themselves
+
+    def _open(self, k: int) -> tuple[Any, Any]:
+        got = self._maps.get(k)
+        if got is None:
+            x = np.load(self.paths[k], mmap_mode="r")
+            if x.ndim == 0:
+                raise ValueError(f"NpyShards: {self.paths[k]!r} holds a scalar; shards must "
+                                 "have a first axis of rows")
+            y = None
+            if self.labels is not None:
+                lab = self.labels[k]
+                y = np.load(lab, mmap_mode="r") if isinstance(lab, str) else lab
+            got = self._maps[k] = (x, y)
+        return got
+
+    def shards(self) -> Sequence[Any]:
+        return list(range(len(self.paths)))
+
+    def shard_len(self, shard: int) -> int:
+        return len(self._open(shard)[0])
+
+    def iter_shard(self, shard: int, start: int) -> Iterator[Any]:
+        x, y = self._open(shard)
+        for i in range(start, len(x)):
+            yield x[i] if y is None else (x[i], y[i])
+
+    def _fastload_take(self, shard: int, rows: Any) -> Any:
+        """The rows ``rows`` (int64 array) of ``shard``, stacked: one gather per array."""
+        x, y = self._open(shard)
+        xs = np.take(x, rows, axis=0)
+        return xs if y is None else (xs, np.take(y, rows, axis=0))
