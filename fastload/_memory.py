@@ -1,8 +1,9 @@
 """``loader.memory()``: what each process of a loader costs, and a warning when workers grow.
 
 USS (private memory: pages only this process maps) and PSS (each page divided by the processes
-sharing it) come from ``/proc/<pid>/smaps_rollup`` (Linux >= 4.14). A worker whose USS grows from
-one epoch to the next is copying something: under fork, usually the dataset's Python lists and
+sharing it) come from ``/proc/<pid>/smaps_rollup`` (Linux >= 4.14). A worker whose private dirty
+memory grows from one epoch to the next is copying something (clean private pages are file
+pages, e.g. of a memory-mapped dataset only this worker read: not copies, and not warned about): under fork, usually the dataset's Python lists and
 dicts, page by page as it reads them (NOTE [shared datasets] in _share.py). The baseline of each
 worker is taken once the loader's first batch is out (the worker has imported what it needs and
 loaded samples; taken at the next ``next()``, so the first batch waits for nothing), and when a
@@ -40,14 +41,16 @@ def process_memory(pid: int) -> dict[str, int] | None:
     if "Pss" not in kb:
         return None
     return {"uss": (kb.get("Private_Clean", 0) + kb.get("Private_Dirty", 0)) * 1024,
-            "pss": kb["Pss"] * 1024, "rss": kb.get("Rss", 0) * 1024}
+            "pss": kb["Pss"] * 1024, "rss": kb.get("Rss", 0) * 1024,
+            "private_dirty": kb.get("Private_Dirty", 0) * 1024}
 
 
 class MemoryWatch:
     """Baselines per worker pid, and the one warning."""
 
     def __init__(self) -> None:
-        self.baseline: dict[int, int] = {}  # pid -> USS after the first batch
+        # pid -> (USS, private dirty bytes) after the first batch
+        self.baseline: dict[int, tuple[int, int]] = {}
         self.warned = False
         self.epochs = 0  # started by this loader
 
@@ -56,7 +59,7 @@ class MemoryWatch:
             for pid in pids:
                 mem = process_memory(pid) if pid is not None else None
                 if mem is not None:
-                    self.baseline[pid] = mem["uss"]  # type: ignore[index]
+                    self.baseline[pid] = (mem["uss"], mem["private_dirty"])  # type: ignore
 
     def epoch_started(self, pids: list[int | None], suspects: Any) -> None:
         """``suspects()``: the dataset's large containers left as Python objects."""
@@ -69,16 +72,18 @@ class MemoryWatch:
             mem = process_memory(pid)
             if mem is None:
                 continue
-            if pid not in self.baseline:
-                self.baseline[pid] = mem["uss"]  # a restarted worker: from its first epoch on
+            if pid not in self.baseline:  # a restarted worker: from its first epoch on
+                self.baseline[pid] = (mem["uss"], mem["private_dirty"])
                 continue
-            grew = mem["uss"] - self.baseline[pid]
+            # Dirty pages only: clean private pages are file pages (a memory-mapped dataset
+            # read by this worker alone) that the kernel drops under pressure, not copies.
+            grew = mem["private_dirty"] - self.baseline[pid][1]
             if grew > WARN_GROWTH_BYTES and not self.warned:
                 self.warned = True
                 found = suspects()
                 cause = ("; likely: " + ", ".join(found)) if found else ""
                 warnings.warn(
-                    f"fastload: worker {i} (pid {pid}) private memory grew by "
+                    f"fastload: worker {i} (pid {pid}) private (dirty) memory grew by "
                     f"{grew / 2**20:,.0f} MiB since the loader's first batch{cause}. Python "
                     "objects a worker reads are copied into it (their reference counts are "
                     "written): keep "
@@ -96,7 +101,7 @@ class MemoryWatch:
             if mem is not None:
                 row.update(mem)
                 base = self.baseline.get(pid)  # type: ignore[arg-type]
-                row["uss_growth"] = None if base is None else mem["uss"] - base
+                row["uss_growth"] = None if base is None else mem["uss"] - base[0]
             workers.append(row)
         main = process_memory(os.getpid())
         return {"main": {"pid": os.getpid(), **(main or {})}, "workers": workers,

@@ -273,11 +273,13 @@ class Loader:
 
     def memory(self) -> dict[str, Any]:
         """What the loader's processes cost now, in bytes: ``main`` and each of ``workers``
-        (``pid``, ``uss`` private, ``pss`` proportional share, ``rss``, and ``uss_growth`` since
+        (``pid``, ``uss`` private, ``pss`` proportional share, ``rss``, ``private_dirty`` (the
+        part of ``uss`` that is not clean file pages) and ``uss_growth`` since
         the first batch), ``shared_dataset_bytes`` (the containers share_dataset made)
         and ``total_pss`` (the machine's memory they take together). From /proc (Linux); a
-        process /proc cannot read has only its pid. A worker grown by more than 256 MiB
-        ($FASTLOAD_MEMORY_WARN_MIB) is warned about once, naming the likely dataset attributes."""
+        process /proc cannot read has only its pid. A worker whose private dirty memory grew by
+        more than 256 MiB ($FASTLOAD_MEMORY_WARN_MIB) is warned about once, naming the likely
+        dataset attributes (pages of memory-mapped files it read are clean: never warned)."""
         assert self._engine is not None
         return self._engine.memory()
 

@@ -298,10 +298,31 @@ def test_a_growing_worker_is_warned_about_once_naming_the_attributes(monkeypatch
             for _ in range(4):  # the baseline is the second epoch's start
                 for _ in loader:
                     pass
-    msgs = [str(w.message) for w in caught if "private memory grew" in str(w.message)]
+    msgs = [str(w.message) for w in caught if "private (dirty) memory grew" in str(w.message)]
     assert len(msgs) == 1, msgs
     assert "dataset.items (list of 100,000 items)" in msgs[0] and "SharedList" in msgs[0]
     assert caught[0].filename == __file__  # points at the user's loop
+
+
+def test_a_worker_reading_a_memory_mapped_file_is_not_warned_about(monkeypatch, tmp_path):
+    """File pages only the worker touched are private but clean (not copies): the warning
+    watches dirty private memory. It warned here, about the file's size, before."""
+    if not os.path.exists("/proc/self/smaps_rollup"):
+        pytest.skip("needs /proc/<pid>/smaps_rollup (Linux >= 4.14)")
+    import fastload._memory as memory
+
+    monkeypatch.setattr(memory, "WARN_GROWTH_BYTES", 16 * 2**20)
+    np.save(tmp_path / "x.npy", np.ones((8192, 1024), np.float32))  # 32 MiB
+    os.sync()  # a file just written has dirty page-cache pages; a dataset's files are clean
+    ds = fastload.ArrayDataset(np.load(tmp_path / "x.npy", mmap_mode="r"))
+    with fastload.Loader(ds, 256, num_workers=1, start_method="fork") as loader:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                assert sum(len(b) for b in loader) == 8192
+        grown = loader.memory()["workers"][0]["uss_growth"]
+    assert grown is None or grown > 16 * 2**20  # the file's pages are in its USS ...
+    assert not [w for w in caught if "memory grew" in str(w.message)]  # ... and not warned
 
 
 # -- no leaks ------------------------------------------------------------------------------------
