@@ -16,6 +16,7 @@ import numpy as np
 
 from ._ragged import RowError, VarImage
 from ._remote import pack_exception
+from .errors import LayoutMismatchError
 
 __all__ = ["WorkerInfo", "get_worker_info", "sample_rng", "BatchFiller", "set_worker_info"]
 
@@ -86,6 +87,9 @@ class BatchFiller:
         columns = getattr(dataset, "_fastload_columns", None)
         # fastload.ArrayDataset: rows are gathered in C, no Python call per sample.
         self.columns: list[Any] | None = columns() if callable(columns) else None
+        # fastload.NpyShards (through _stream.StreamView): a batch is pieces of shards, each
+        # (its columns, its rows), gathered in C one after the other.
+        self.pieces: Any = getattr(dataset, "_fastload_pieces", None)
         # NOTE [first samples] (_engine.py): (seed, epoch, index) -> (sample, or the exception
         # loading it raised), loaded before the layout was known, packed when its batch comes.
         self.warm: dict[tuple[int, int, int], tuple[bool, Any]] = {}
@@ -143,6 +147,9 @@ class BatchFiller:
             ring.set_progress(slot, 0, pid)
         try:
             if self.columns is not None and self._gather(packer, layout, slot, indices):
+                pass
+            elif self.pieces is not None and self._gather_pieces(packer, layout, slot,
+                                                                 indices):
                 pass
             else:
                 idx_list = indices.tolist()
@@ -212,6 +219,25 @@ class BatchFiller:
                 packer.gather(slot, k, col, indices)
         except (BufferError, ValueError):  # a non-contiguous column: use __getitems__
             self.columns = None
+            return False
+        return True
+
+    def _gather_pieces(self, packer: Any, layout: Any, slot: int, indices: Any) -> bool:
+        """NpyShards fast path; False (and never again) if a piece cannot be gathered."""
+        pieces = self.pieces(indices)
+        if pieces is None or layout.n_objects:
+            self.pieces = None
+            return False
+        row0 = 0
+        try:
+            for cols, rows in pieces:
+                if len(cols) != len(layout.fields):
+                    raise ValueError("not the layout's fields")
+                for k, col in enumerate(cols):
+                    packer.gather(slot, k, col, rows, row0)
+                row0 += len(rows)
+        except (BufferError, ValueError, LayoutMismatchError):  # e.g. a strided label array
+            self.pieces = None
             return False
         return True
 

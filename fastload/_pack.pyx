@@ -170,13 +170,14 @@ cdef class Packer:
         cdef char *slot_base = self._base + self._data_offset + slot * self._slot_bytes
         self._walk(self._tree, batch, slot_base, 0, None, count)
 
-    def gather(self, Py_ssize_t slot, Py_ssize_t leaf, source, indices):
-        """Copy rows ``source[indices]`` into field ``leaf`` of slot ``slot`` in C, GIL released.
+    def gather(self, Py_ssize_t slot, Py_ssize_t leaf, source, indices, Py_ssize_t row0=0):
+        """Copy rows ``source[indices]`` into field ``leaf`` of slot ``slot`` in C, GIL released,
+        as the batch's rows ``row0, row0 + 1, ...``.
 
         ``source`` is a C-contiguous array (or np.memmap) whose rows have the field's dtype and
-        shape; ``indices`` a C-contiguous int64 array of at most ``batch_size`` entries. An index
-        outside ``[0, len(source))`` raises IndexError naming it; nothing is written outside the
-        slot.
+        shape; ``indices`` a C-contiguous int64 array of at most ``batch_size - row0`` entries.
+        An index outside ``[0, len(source))`` raises IndexError naming it; nothing is written
+        outside the field's rows of the slot.
         """
         if self._base == NULL:
             raise ValueError("the packer is closed")
@@ -193,8 +194,9 @@ cdef class Packer:
         cdef Py_ssize_t off = self._offsets[leaf]
         cdef const int64_t[::1] idx = indices
         cdef Py_ssize_t n = idx.shape[0]
-        if n > self._batch_size:
-            raise IndexError(f"{n} indices for a batch of {self._batch_size}")
+        if row0 < 0 or n > self._batch_size - row0:
+            raise IndexError(f"{n} indices from row {row0} for a batch of {self._batch_size}")
+        off += row0 * rb
         cdef char *slot_base = self._base + self._data_offset + slot * self._slot_bytes
         cdef Py_buffer src
         cdef size_t bad = 0

@@ -131,20 +131,40 @@ class StreamView:
         """The samples at positions ``gs`` (a list), or, for a stream that stacks its own
         rows (NpyShards), the stacked batch."""
         seed, epoch = _sample_ctx[0], _sample_ctx[1]
+        pieces = [self._take(s, raws, g) if self.take is not None
+                  else self._samples(seed, epoch, s, raws, g) for s, raws, g in self._runs(gs)]
+        if self.take is not None:
+            return pieces[0] if len(pieces) == 1 else _concat(pieces)
+        return [x for p in pieces for x in p]
+
+    def _runs(self, gs: Any) -> list[tuple[int, _Array, _Array]]:
+        """(shard, raw positions, epoch positions) of each run of positions in one shard."""
+        seed, epoch = _sample_ctx[0], _sample_ctx[1]
         g = np.asarray(gs, dtype=np.int64)
         if len(g) and (g.min() < 0 or g.max() >= self.n):
             raise IndexError(f"stream position out of range for {self.n} samples")
         shard_of, q = self.locate(seed, epoch, g)
-        cut = np.flatnonzero(np.diff(shard_of)) + 1  # runs of one shard
-        pieces = []
-        for a, b in zip([0, *cut.tolist()], [*cut.tolist(), len(g)]):
+        cut = np.flatnonzero(np.diff(shard_of)).tolist()  # runs of one shard
+        out = []
+        for a, b in zip([0, *(c + 1 for c in cut)], [*(c + 1 for c in cut), len(g)]):
             s = int(shard_of[a])
-            raws = self.raw(seed, epoch, s, q[a:b])
-            pieces.append(self._take(s, raws, g[a:b]) if self.take is not None
-                          else self._samples(seed, epoch, s, raws, g[a:b]))
-        if self.take is not None:
-            return pieces[0] if len(pieces) == 1 else _concat(pieces)
-        return [x for p in pieces for x in p]
+            out.append((s, self.raw(seed, epoch, s, q[a:b]), g[a:b]))
+        return out
+
+    def _fastload_pieces(self, indices: Any) -> list[tuple[list[Any], _Array]] | None:
+        """For fastload/_fill.py: the batch as (columns of a shard, its rows) pieces, gathered
+        in C straight into the slot (NpyShards); None for a stream without columns."""
+        columns_of = getattr(self.stream, "_fastload_columns_of", None)
+        if columns_of is None:
+            return None
+        out = []
+        for s, raws, g in self._runs(indices):
+            try:
+                out.append((columns_of(self.shards[s]), np.ascontiguousarray(raws)))
+            except Exception as e:
+                _name(e, int(g[0]), f"shard {self.shards[s]!r} (shard {s})")
+                raise
+        return out
 
     def _take(self, s: int, raws: _Array, g: _Array) -> Any:
         take = self.take

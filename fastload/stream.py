@@ -76,9 +76,9 @@ class NpyShards(ShardedStream):
     labels : sequence of paths or arrays, optional
         A companion array per shard (same number of rows): samples are then ``(row, label)``.
 
-    Files are memory-mapped (read-only) in each worker; a batch's rows of one shard are
-    gathered with one NumPy ``take`` (C) instead of a Python call per sample, and the length of
-    a shard is read from its header, never counted.
+    Files are memory-mapped (read-only) in each worker; a batch's rows are copied from the maps
+    straight into the shared slot in C (as :class:`fastload.ArrayDataset` rows are), with no
+    Python call per sample, and the length of a shard is read from its header, never counted.
 
     Examples
     --------
@@ -138,6 +138,11 @@ class NpyShards(ShardedStream):
         x, y = self._open(shard)
         for i in range(start, len(x)):
             yield x[i] if y is None else (x[i], y[i])
+
+    def _fastload_columns_of(self, shard: int) -> list[Any]:
+        """The arrays a batch's rows of ``shard`` are gathered from (fastload/_fill.py)."""
+        x, y = self._open(shard)
+        return [x] if y is None else [x, y]
 
     def _fastload_take(self, shard: int, rows: Any) -> Any:
         """The rows ``rows`` (int64 array) of ``shard``, stacked: one gather per array."""

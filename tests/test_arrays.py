@@ -103,6 +103,14 @@ def test_gather_rejects_out_of_range_indices():
     out = lay.unpack(buf, 2, None)
     np.testing.assert_array_equal(out, np.full((2, 4), 2, np.float32))
     assert not buf[lay.fields[0].offset + 2 * 16:].any(), "wrote past the gathered rows"
+    # from a row on (NpyShards: a batch's pieces of several shards, one after the other)
+    p.gather(0, 0, src * 3, np.array([1, 2, 3], np.int64), 2)
+    np.testing.assert_array_equal(lay.unpack(buf, 5, None)[2:], np.full((3, 4), 3, np.float32))
+    with pytest.raises(IndexError, match="3 indices from row 6 for a batch of 8"):
+        p.gather(0, 0, src, np.array([0, 1, 2], np.int64), 6)
+    with pytest.raises(IndexError, match="from row -1"):
+        p.gather(0, 0, src, np.array([0], np.int64), -1)
+    assert not buf[lay.fields[0].offset + 5 * 16:].any(), "wrote past the gathered rows"
 
 
 @pytest.mark.parametrize("nw", [0, 2])

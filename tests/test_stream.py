@@ -307,6 +307,25 @@ def test_npy_shards_with_labels(npy_shards, nw):
     assert sorted(ys) == expected(UNEVEN)
 
 
+class _OnlyGathered(fastload.NpyShards):
+    """Batches of more than one row must come through the C gather into the slot."""
+
+    def _fastload_take(self, shard, rows):
+        assert len(rows) == 1, "a batch was stacked by take, not gathered into the slot"
+        return super()._fastload_take(shard, rows)
+
+    def iter_shard(self, shard, start):
+        raise AssertionError("NpyShards reads through its columns, not iter_shard")
+
+
+def test_npy_shards_batches_are_gathered_in_c_across_shards(npy_shards):
+    paths, labels = npy_shards
+    with fastload.Loader(_OnlyGathered(paths, labels), 16, num_workers=0) as ld:
+        ys = [y for _, y in ld]
+    assert len(ys[0]) == 16 and 0 in ys[0] and BASE + 6 in ys[0]  # shards 0, 1, 2 in one
+    assert np.concatenate(ys).tolist() == expected(UNEVEN)
+
+
 def test_npy_shards_refuses_what_it_cannot_read(tmp_path, npy_shards):
     paths, labels = npy_shards
     with pytest.raises(TypeError, match="give a list of .npy files"):
