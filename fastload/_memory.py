@@ -3,10 +3,11 @@
 USS (private memory: pages only this process maps) and PSS (each page divided by the processes
 sharing it) come from ``/proc/<pid>/smaps_rollup`` (Linux >= 4.14). A worker whose private dirty
 memory grows from one epoch to the next is copying something (clean private pages are file
-pages, e.g. of a memory-mapped dataset only this worker read: not copies, and not warned about): under fork, usually the dataset's Python lists and
-dicts, page by page as it reads them (NOTE [shared datasets] in _share.py). The baseline of each
-worker is taken once the loader's first batch is out (the worker has imported what it needs and
-loaded samples; taken at the next ``next()``, so the first batch waits for nothing), and when a
+pages, e.g. of a memory-mapped dataset only this worker read: not copies, never warned about):
+under fork, usually the dataset's Python lists and dicts, page by page as it reads them (NOTE
+[shared datasets] in _share.py). The baseline of each worker is taken once the loader's first
+batch is out (the worker has imported what it needs and loaded samples; taken at the next
+``next()``, so the first batch waits for nothing), and when a
 later epoch starts, a worker grown by more than ``WARN_GROWTH_BYTES`` since then is warned about
 once per loader, naming the dataset's large containers that are not shared. Copy-on-write of a
 forked dataset happens over the first epoch, as items are first read: that is the growth seen

@@ -30,6 +30,7 @@ differs from an uninterrupted run, no sample is lost or repeated. Later epochs a
 
 from __future__ import annotations
 
+import bisect
 import math
 import zlib
 from collections import OrderedDict
@@ -66,7 +67,8 @@ class StreamView:
         self._init_caches()
 
     def _init_caches(self) -> None:
-        self._maps: OrderedDict[tuple[int, int], tuple[_Array, _Array]] = OrderedDict()
+        # (seed, epoch) -> (shard order, ends, both as lists for the contiguous fast path)
+        self._maps: OrderedDict[tuple[int, int], tuple[Any, ...]] = OrderedDict()
         self._iters: OrderedDict[int, list[Any]] = OrderedDict()  # shard -> [iterator, next pos]
         self._windows: OrderedDict[tuple[int, int, int, int], list[Any]] = OrderedDict()
 
@@ -97,10 +99,11 @@ class StreamView:
                 order = rng.permutation(s).astype(np.int64)
             else:
                 order = np.arange(s, dtype=np.int64)
-            got = self._maps[key] = (order, np.cumsum(self.lengths[order]))
+            ends = np.cumsum(self.lengths[order])
+            got = self._maps[key] = (order, ends, order.tolist(), ends.tolist())
             while len(self._maps) > 2:
                 self._maps.popitem(last=False)
-        return got
+        return got[0], got[1]
 
     def locate(self, seed: int, epoch: int, g: _Array) -> tuple[_Array, _Array]:
         """(shard index, position in the shard's epoch order) of each position ``g``."""
@@ -141,6 +144,14 @@ class StreamView:
         """(shard, raw positions, epoch positions) of each run of positions in one shard."""
         seed, epoch = _sample_ctx[0], _sample_ctx[1]
         g = np.asarray(gs, dtype=np.int64)
+        n = len(g)
+        if n and not self.shuffle:
+            g0, g1 = int(g[0]), int(g[-1])
+            if g1 - g0 == n - 1 and 0 <= g0 and g1 < self.n:  # one run of positions (the
+                return self._contiguous_runs(seed, epoch, g, g0, g1)  # usual batch): no NumPy
+        return self._general_runs(seed, epoch, g)
+
+    def _general_runs(self, seed: int, epoch: int, g: _Array) -> list[tuple[int, _Array, _Array]]:
         if len(g) and (g.min() < 0 or g.max() >= self.n):
             raise IndexError(f"stream position out of range for {self.n} samples")
         shard_of, q = self.locate(seed, epoch, g)
@@ -149,6 +160,25 @@ class StreamView:
         for a, b in zip([0, *(c + 1 for c in cut)], [*(c + 1 for c in cut), len(g)]):
             s = int(shard_of[a])
             out.append((s, self.raw(seed, epoch, s, q[a:b]), g[a:b]))
+        return out
+
+    def _contiguous_runs(self, seed: int, epoch: int, g: _Array, g0: int,
+                         g1: int) -> list[tuple[int, _Array, _Array]]:
+        """_runs of the positions g0..g1 (``g``), without shuffle: shard by shard, in order."""
+        self.epoch_map(seed, epoch)
+        _, _, order, ends = self._maps[(seed, epoch)]
+        j = bisect.bisect_right(ends, g0)
+        out = []
+        pos = g0
+        while pos <= g1:
+            s, end = order[j], ends[j]
+            stop = min(g1 + 1, end)
+            if stop > pos:
+                first = end - int(self.lengths[s])
+                out.append((s, np.arange(pos - first, stop - first, dtype=np.int64),
+                            g[pos - g0: stop - g0]))
+                pos = stop
+            j += 1
         return out
 
     def _fastload_pieces(self, indices: Any) -> list[tuple[list[Any], _Array]] | None:

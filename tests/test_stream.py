@@ -244,6 +244,19 @@ def test_a_shard_shorter_than_its_length_is_a_clear_error():
             _run(ld)
 
 
+def test_the_contiguous_fast_path_cuts_batches_into_shards_as_the_general_one_does():
+    from fastload._stream import stream_view
+
+    view = stream_view(Sized([3, 0, 0, 5, 1, 0, 8]), False, None, 0, None)
+    for g0 in range(17):
+        for n in range(1, 18 - g0):
+            g = np.arange(g0, g0 + n, dtype=np.int64)
+            fast = view._contiguous_runs(0, 0, g, g0, g0 + n - 1)
+            slow = view._general_runs(0, 0, g)
+            assert [(s, r.tolist(), x.tolist()) for s, r, x in fast] == \
+                [(s, r.tolist(), x.tolist()) for s, r, x in slow], (g0, n)
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="shuffle_buffer applies to a fastload.ShardedStream"):
         fastload.Loader(np.arange(4), 2, shuffle_buffer=8, num_workers=0)
