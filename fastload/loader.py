@@ -48,7 +48,8 @@ class _EpochIterator(Iterator[Any]):
         return self._engine.next_batch(self.epoch)
 
     def __len__(self) -> int:
-        return self._engine.plan.nbatches
+        plan = self._engine.plan  # (a batch plan is not asked before the epoch's first next())
+        return plan.nbatches if plan.batch_plan is not None else plan.nbatches_of(self.epoch)
 
 
 class Loader:

@@ -151,7 +151,9 @@ def test_resume_with_another_world_size_loses_and_repeats_nothing(old_world, new
     for r in range(new_world):
         with fastload.Loader(Counted(UNEVEN), 8, shard=(r, new_world), **kw) as ld:
             ld.load_state_dict(states[min(r, old_world - 1)])  # any rank's state serves
-            rest = list(ld)
+            it = iter(ld)
+            rest = list(it)
+            assert len(it) == len(rest)
             counts.append(len(rest))
             seen += [x for b, m in rest for x in b[m].tolist()]
             nxt = list(ld)  # the next epoch is a whole, normal one
