@@ -153,6 +153,20 @@ def run_case_subprocess(
     )
 
 
+def run_fresh(script: str, case: dict[str, Any], timeout: float = 900.0) -> dict[str, Any]:
+    """Run ``python SCRIPT --case JSON`` (a script printing its result as the last JSON line)
+    and return that result; RuntimeError with the child's output when it fails."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, script, "--case", json.dumps(case)],
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{os.path.basename(script)} --case {json.dumps(case)} failed:\n"
+                           f"{proc.stdout}{proc.stderr}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
 fmt_rate = _bench._rate
 
 

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
@@ -206,12 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 case = dict(workload=w, loader=loader, n=n, workers=args.workers,
                             epochs=args.epochs, copy=args.copy_samples)
-                proc = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)],
-                                      capture_output=True, text=True, timeout=900)
-                if proc.returncode != 0:
-                    print(proc.stdout, proc.stderr, file=sys.stderr)
-                    return 1
-                r = json.loads(proc.stdout.strip().splitlines()[-1])
+                r = _common.run_fresh(__file__, case)
                 results.setdefault((w, loader), []).append(r["rate"])
                 print(f"repeat {rep + 1}/{args.repeat} {w:6s} {loader:16s} "
                       f"{r['rate']:>12,.0f} samples/s", flush=True)

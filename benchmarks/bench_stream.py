@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -171,12 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             for loader in loaders:
                 case = dict(loader=loader, folder=folder, shards=args.shards, rows=args.rows,
                             workers=args.workers, epochs=args.epochs)
-                proc = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)],
-                                      capture_output=True, text=True, timeout=900)
-                if proc.returncode != 0:
-                    print(proc.stdout, proc.stderr, file=sys.stderr)
-                    return 1
-                r = json.loads(proc.stdout.strip().splitlines()[-1])
+                r = _common.run_fresh(__file__, case)
                 results.setdefault(loader, []).append(r["rate"])
                 print(f"repeat {rep + 1}/{args.repeat} {loader:16s} {r['rate']:>12,.0f} "
                       f"samples/s", flush=True)

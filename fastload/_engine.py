@@ -50,11 +50,11 @@ from ._deaths import DeathPolicy
 from ._fill import BatchFiller
 from ._mailbox import Mailbox
 from ._memory import MemoryWatch
-from ._plan import EpochPlan, PlanCursor
+from ._plan import PlanCursor
 from ._pool import Pool, WorkerPool, default_start_method
 from ._share import Sharing, share_dataset, unshared
 from ._slots import SlotTable
-from ._stream import StreamPlan, StreamView
+from ._stream import plan_of
 from ._wait import POLL_INTERVAL_S, Deadline
 from .errors import LoaderClosedError
 from .layout import BatchLayout
@@ -74,12 +74,7 @@ class Engine:
         self.cfg = cfg
         self.dataset = dataset
         self.n = n
-        self.plan = (StreamPlan(dataset, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
-                                drop_last=cfg.drop_last, shard=cfg.shard)
-                     if isinstance(dataset, StreamView) else
-                     EpochPlan(n, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
-                               drop_last=cfg.drop_last, shard=cfg.shard,
-                               batch_plan=cfg.batch_plan))
+        self.plan = plan_of(dataset, n, cfg)
         self.cursor = PlanCursor(self.plan)  # the next batch to queue
         self.deaths = DeathPolicy(cfg.on_worker_death)
         self.closed, self.closed_reason = False, ""

@@ -42,7 +42,7 @@ from ._fill import _sample_ctx
 from ._plan import STATE_FORMAT, EpochPlan
 from .stream import ShardedStream
 
-__all__ = ["StreamView", "StreamPlan", "stream_view"]
+__all__ = ["StreamView", "StreamPlan", "stream_view", "plan_of"]
 
 _Array = np.ndarray[Any, Any]
 _OPEN_ITERATORS = 4  # shard iterators a worker keeps open (LRU)
@@ -434,3 +434,12 @@ class StreamPlan(EpochPlan):
                 gone[r * m: min(r * m + take, n)] = True
             left = left[~gone]
         return left
+
+
+def plan_of(dataset: Any, n: int, cfg: Any) -> EpochPlan:
+    """The plan of a Loader's dataset (a StreamView's, or the map-style one) from its config."""
+    if isinstance(dataset, StreamView):
+        return StreamPlan(dataset, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
+                          drop_last=cfg.drop_last, shard=cfg.shard)
+    return EpochPlan(n, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
+                     drop_last=cfg.drop_last, shard=cfg.shard, batch_plan=cfg.batch_plan)
