@@ -167,6 +167,27 @@ def run_fresh(script: str, case: dict[str, Any], timeout: float = 900.0) -> dict
     return result
 
 
+def time_epochs(epoch: Callable[[], int], n: int, epochs: int, t0: float,
+                close: Callable[[], Any]) -> tuple[float, float]:
+    """Run ``epoch()`` (samples it delivered, must be ``n``) ``epochs`` times, then ``close()``:
+    (median samples/s over epochs 2.., seconds from ``t0`` to the end of the first)."""
+    import statistics
+
+    rates, first = [], 0.0
+    try:
+        for e in range(epochs):
+            t = time.perf_counter()
+            got = epoch()
+            assert got == n, (got, n)
+            if e == 0:
+                first = time.perf_counter() - t0
+            else:
+                rates.append(got / (time.perf_counter() - t))
+    finally:
+        close()
+    return statistics.median(rates), first
+
+
 fmt_rate = _bench._rate
 
 

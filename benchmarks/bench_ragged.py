@@ -156,20 +156,8 @@ def run_case(workload: str, loader: str, n: int, workers: int, epochs: int,
     ds = (Tokens if workload == "tokens" else Boxes)(n, copy=copy)
     t0 = time.perf_counter()
     epoch, close = _batches(workload, loader, ds, BATCH[workload], workers, 1)
-    rates = []
-    try:
-        for e in range(epochs):
-            t = time.perf_counter()
-            got = epoch()
-            assert got == n, (got, n)
-            if e == 0:
-                first = time.perf_counter() - t0
-            else:
-                rates.append(got / (time.perf_counter() - t))
-    finally:
-        close()
-    return {"workload": workload, "loader": loader, "rate": statistics.median(rates),
-            "first_epoch_s": first}
+    rate, first = _common.time_epochs(epoch, n, epochs, t0, close)
+    return {"workload": workload, "loader": loader, "rate": rate, "first_epoch_s": first}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -97,6 +97,7 @@ def run_case(loader: str, folder: str, shards: int, rows: int, workers: int,
              epochs: int) -> dict[str, Any]:
     xs, ys = write_shards(folder, shards, rows)
     n = shards * rows
+    t0 = time.perf_counter()
     close: Any = lambda: None  # noqa: E731
     if loader.startswith("fastload"):
         ds = UserStream(xs, ys) if loader == "fastload-stream" else fastload.NpyShards(xs, ys)
@@ -126,21 +127,8 @@ def run_case(loader: str, folder: str, shards: int, rows: int, workers: int,
                     np.array([p[1] for p in part])
                     got += len(part)
             return got
-    rates = []
-    t0 = time.perf_counter()
-    first = 0.0
-    try:
-        for e in range(epochs):
-            t = time.perf_counter()
-            got = epoch()
-            assert got == n, (loader, got, n)
-            if e == 0:
-                first = time.perf_counter() - t0
-            else:
-                rates.append(got / (time.perf_counter() - t))
-    finally:
-        close()
-    return {"loader": loader, "rate": statistics.median(rates), "first_epoch_s": first}
+    rate, first = _common.time_epochs(epoch, n, epochs, t0, close)
+    return {"loader": loader, "rate": rate, "first_epoch_s": first}
 
 
 def main(argv: list[str] | None = None) -> int:
