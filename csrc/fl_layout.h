@@ -12,7 +12,7 @@
 #include "fl_atomic.h"
 
 #define FL_MAGIC "FASTLD\0\1"
-#define FL_LAYOUT_VERSION 1u
+#define FL_LAYOUT_VERSION 2u
 #define FL_MAX_SLOTS 4096u
 #define FL_MAX_WORKERS 4095u /* 12 bits of the slot state word */
 
@@ -81,15 +81,22 @@ typedef struct fl_slot_hdr {
     fl_atomic_u32 pid;      /* pid of the claiming worker */
     fl_atomic_u32 flags;    /* worker-written before READY (e.g. FL_SLOT_F_SPILLED) */
     fl_atomic_u64 var_bytes; /* worker-written before READY: bytes used in the variable area */
-    uint8_t _pad[FL_CACHELINE - 48];
+    fl_atomic_u32 target;   /* 0: any worker may claim it; k + 1: only worker k (before QUEUED;
+                             * atomic: claimers scan it, as seq, on slots they do not own) */
+    fl_atomic_u32 rows;     /* rows the batch has: count when queued, fewer if the worker's
+                             * stream ended (fl_ring_set_rows, before READY) */
+    uint8_t _pad[FL_CACHELINE - 56];
 } fl_slot_hdr;
 
 #define FL_SLOT_F_SPILLED 1u /* the variable-size part did not fit: it travels by pipe */
+#define FL_SLOT_F_ENDED 2u   /* the worker's stream ended in (rows < count) or before this batch */
+#define FL_TARGET_ANY UINT32_MAX /* fl_ring_queue_to: any worker may claim the slot */
 
 FL_STATIC_ASSERT(sizeof(fl_header) == 5 * FL_CACHELINE, "fl_header size is pinned");
 FL_STATIC_ASSERT(offsetof(fl_header, stop) == FL_CACHELINE, "stop flag offset is pinned");
 FL_STATIC_ASSERT(offsetof(fl_header, queued_counter) == 2 * FL_CACHELINE, "counter offset");
 FL_STATIC_ASSERT(sizeof(fl_slot_hdr) == FL_CACHELINE, "fl_slot_hdr size is pinned");
 FL_STATIC_ASSERT(offsetof(fl_slot_hdr, progress) == 24, "progress offset is pinned");
+FL_STATIC_ASSERT(offsetof(fl_slot_hdr, rows) == 52, "rows offset is pinned");
 
 #endif /* FASTLOAD_FL_LAYOUT_H */

@@ -89,8 +89,13 @@ int fl_ring_slot_state(const void *mem, uint32_t slot, uint32_t *state_out) {
 }
 
 int fl_ring_queue(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32_t count) {
+    return fl_ring_queue_to(mem, slot, seq, epoch, count, FL_TARGET_ANY);
+}
+
+int fl_ring_queue_to(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32_t count,
+                     uint32_t target) {
     fl_slot_hdr *s = fl_ring_slot(mem, slot);
-    if (s == NULL) return FL_EINVAL;
+    if (s == NULL || (target != FL_TARGET_ANY && target >= FL_MAX_WORKERS)) return FL_EINVAL;
     fl_header *h = hdr_of(mem);
     uint32_t w = fl_atomic_load_acquire_u32(&s->state);
     if (FL_STATE_BITS(w) != FL_SLOT_FREE) return FL_ESTATE;
@@ -98,6 +103,8 @@ int fl_ring_queue(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32
      * because claimers scan it on slots they do not own. */
     s->count = count;
     s->epoch = epoch;
+    fl_atomic_store_relaxed_u32(&s->target, target == FL_TARGET_ANY ? 0 : target + 1);
+    fl_atomic_store_relaxed_u32(&s->rows, count);
     fl_atomic_store_relaxed_u32(&s->flags, 0);
     fl_atomic_store_relaxed_u64(&s->var_bytes, 0);
     fl_atomic_store_relaxed_u64(&s->seq, seq);
@@ -106,7 +113,8 @@ int fl_ring_queue(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32
     fl_atomic_store_release_u32(&s->state, FL_MAKE_STATE(FL_GEN_BITS(w) + 1, 0, FL_SLOT_QUEUED));
     fl_atomic_fetch_add_relaxed_u64(&h->n_queued, 1);
     fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
-    fl_wake_if_waiting(&h->queued_counter, &h->task_waiters, 1, &h->n_futex_wakes);
+    fl_wake_if_waiting(&h->queued_counter, &h->task_waiters, target == FL_TARGET_ANY ? 1 : -1,
+                       &h->n_futex_wakes);
     return FL_OK;
 }
 
@@ -121,6 +129,10 @@ static int try_claim(void *mem, uint32_t worker_id, uint32_t *slot_out, uint32_t
         for (uint32_t i = 0; i < n; i++) {
             uint32_t w = fl_atomic_load_acquire_u32(&slots[i].state);
             if (FL_STATE_BITS(w) != FL_SLOT_QUEUED) continue;
+            /* A stale target (the slot re-queued since w was read) is harmless: the CAS below
+             * fails on the generation. */
+            uint32_t t = fl_atomic_load_relaxed_u32(&slots[i].target);
+            if (t != 0 && t != worker_id + 1) continue;
             uint64_t seq = fl_atomic_load_relaxed_u64(&slots[i].seq);
             if (best == UINT32_MAX || seq < best_seq) {
                 best_seq = seq;
@@ -235,6 +247,15 @@ int fl_ring_cancel(void *mem, uint32_t slot, int *cancelled_out) {
     return FL_OK;
 }
 
+/* A slot taken back from a dead worker is loaded again from scratch: what that worker may have
+ * recorded of its result is forgotten (published by the CAS that re-queues the slot). */
+static void reset_result(fl_slot_hdr *s) {
+    fl_atomic_store_relaxed_u64(&s->progress, 0);
+    fl_atomic_store_relaxed_u32(&s->rows, s->count);
+    fl_atomic_store_relaxed_u32(&s->flags, 0);
+    fl_atomic_store_relaxed_u64(&s->var_bytes, 0);
+}
+
 int fl_ring_reclaim(void *mem, uint32_t worker_id, uint32_t *count_out) {
     if (mem == NULL || count_out == NULL || worker_id > FL_MAX_WORKERS) return FL_EINVAL;
     fl_header *h = hdr_of(mem);
@@ -243,7 +264,7 @@ int fl_ring_reclaim(void *mem, uint32_t worker_id, uint32_t *count_out) {
     for (uint32_t i = 0; i < h->nslots; i++) {
         uint32_t w = fl_atomic_load_acquire_u32(&slots[i].state);
         if (FL_STATE_BITS(w) != FL_SLOT_CLAIMED || FL_OWNER_BITS(w) != worker_id) continue;
-        fl_atomic_store_relaxed_u64(&slots[i].progress, 0);
+        reset_result(&slots[i]);
         uint32_t want = FL_MAKE_STATE(FL_GEN_BITS(w) + 1, 0, FL_SLOT_QUEUED);
         if (fl_atomic_cas_acq_rel_u32(&slots[i].state, &w, want)) n++;
     }
@@ -263,7 +284,7 @@ int fl_ring_reclaim_slot(void *mem, uint32_t slot, uint32_t worker_id, int reque
     *done_out = 0;
     uint32_t w = fl_atomic_load_acquire_u32(&s->state);
     if (FL_STATE_BITS(w) != FL_SLOT_CLAIMED || FL_OWNER_BITS(w) != worker_id) return FL_OK;
-    fl_atomic_store_relaxed_u64(&s->progress, 0);
+    reset_result(s);
     uint32_t want = requeue ? FL_MAKE_STATE(FL_GEN_BITS(w) + 1, 0, FL_SLOT_QUEUED)
                             : FL_MAKE_STATE(FL_GEN_BITS(w) + 1, 0, FL_SLOT_FREE);
     if (!fl_atomic_cas_acq_rel_u32(&s->state, &w, want)) return FL_OK;
@@ -271,7 +292,8 @@ int fl_ring_reclaim_slot(void *mem, uint32_t slot, uint32_t worker_id, int reque
     fl_atomic_fetch_add_relaxed_u64(&h->n_reclaimed, 1);
     if (requeue) {
         fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
-        fl_wake_if_waiting(&h->queued_counter, &h->task_waiters, 1, NULL);
+        fl_wake_if_waiting(&h->queued_counter, &h->task_waiters,
+                           fl_atomic_load_relaxed_u32(&s->target) ? -1 : 1, NULL);
     }
     return FL_OK;
 }
@@ -298,6 +320,14 @@ int fl_ring_set_progress(void *mem, uint32_t slot, uint64_t rows, uint32_t pid) 
     return FL_OK;
 }
 
+int fl_ring_set_rows(void *mem, uint32_t slot, uint32_t rows) {
+    fl_slot_hdr *s = fl_ring_slot(mem, slot);
+    if (s == NULL) return FL_EINVAL;
+    if (rows > s->count) return FL_ERANGE;
+    fl_atomic_store_relaxed_u32(&s->rows, rows); /* published by fl_ring_publish's release */
+    return FL_OK;
+}
+
 int fl_ring_set_result(void *mem, uint32_t slot, uint32_t flags, uint64_t var_bytes) {
     fl_slot_hdr *s = fl_ring_slot(mem, slot);
     if (s == NULL) return FL_EINVAL;
@@ -318,6 +348,9 @@ int fl_ring_slot_info(const void *mem, uint32_t slot, fl_slot_info *out) {
     /* The rest is only stable while the caller owns the slot (parent: READY/READING). */
     out->count = s->count;
     out->epoch = s->epoch;
+    uint32_t t = fl_atomic_load_relaxed_u32(&s->target);
+    out->target = t == 0 ? FL_TARGET_ANY : t - 1;
+    out->rows = fl_atomic_load_relaxed_u32(&s->rows);
     out->flags = fl_atomic_load_relaxed_u32(&s->flags);
     out->var_bytes = fl_atomic_load_relaxed_u64(&s->var_bytes);
     return FL_OK;

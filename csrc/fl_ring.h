@@ -29,6 +29,12 @@ int fl_ring_attach(void *mem, size_t total_bytes);
  * Wakes one sleeping worker if any. */
 int fl_ring_queue(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32_t count);
 
+/* [parent] fl_ring_queue for one worker: only worker `target` (< FL_MAX_WORKERS) may claim the
+ * slot, or any worker with FL_TARGET_ANY. Wakes every sleeping worker when targeted (the one
+ * woken must be the target). A reclaimed slot keeps its target. */
+int fl_ring_queue_to(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32_t count,
+                     uint32_t target);
+
 /* [worker] Claim the QUEUED slot with the lowest seq for worker `worker_id`, waiting up to
  * timeout_ns. On success *slot_out is the slot and *state_out its state word (pass it back to
  * fl_ring_publish). FL_ETIMEOUT when nothing was queued in time, FL_ESTOPPED when stopped. */
@@ -70,12 +76,16 @@ int fl_ring_slot_state(const void *mem, uint32_t slot, uint32_t *state_out);
 /* [worker] Record progress (rows done) and the worker's pid on a claimed slot (relaxed). */
 int fl_ring_set_progress(void *mem, uint32_t slot, uint64_t rows, uint32_t pid);
 
+/* [worker] The batch has `rows` rows (<= count: a worker's stream ended), before publish.
+ * FL_ERANGE if rows > count. */
+int fl_ring_set_rows(void *mem, uint32_t slot, uint32_t rows);
+
 /* [worker] Record result flags and variable-area bytes before fl_ring_publish. */
 int fl_ring_set_result(void *mem, uint32_t slot, uint32_t flags, uint64_t var_bytes);
 
 /* A racy-but-defined snapshot of a slot's header (atomic fields read relaxed). */
 typedef struct fl_slot_info {
-    uint32_t state, count, pid, flags;
+    uint32_t state, count, pid, flags, target, rows;
     uint64_t seq, epoch, progress, var_bytes;
 } fl_slot_info;
 int fl_ring_slot_info(const void *mem, uint32_t slot, fl_slot_info *out);

@@ -29,6 +29,7 @@ cdef extern from "fl_layout.h" nogil:
         FL_SLOT_FAILED
         FL_SLOT_READING
         FL_SLOT_F_SPILLED
+        FL_SLOT_F_ENDED
     ctypedef struct fl_header:
         uint32_t nslots
         uint64_t slot_bytes
@@ -62,6 +63,8 @@ cdef extern from "fl_ring.h" nogil:
                      uint64_t data_offset, int64_t creator_pid)
     int fl_ring_attach(void *mem, size_t total_bytes)
     int fl_ring_queue(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32_t count)
+    int fl_ring_queue_to(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32_t count,
+                         uint32_t target)
     int fl_ring_claim(void *mem, uint32_t worker_id, int64_t timeout_ns, uint32_t *slot_out,
                       uint32_t *state_out)
     int fl_ring_publish(void *mem, uint32_t slot, uint32_t claimed_state, int ok)
@@ -78,8 +81,9 @@ cdef extern from "fl_ring.h" nogil:
     fl_slot_hdr *fl_ring_slot(void *mem, uint32_t slot)
     int fl_ring_set_progress(void *mem, uint32_t slot, uint64_t rows, uint32_t pid)
     int fl_ring_set_result(void *mem, uint32_t slot, uint32_t flags, uint64_t var_bytes)
+    int fl_ring_set_rows(void *mem, uint32_t slot, uint32_t rows)
     ctypedef struct fl_slot_info:
-        uint32_t state, count, pid, flags
+        uint32_t state, count, pid, flags, target, rows
         uint64_t seq, epoch, progress, var_bytes
     int fl_ring_slot_info(const void *mem, uint32_t slot, fl_slot_info *out)
 

@@ -126,7 +126,7 @@ class LoaderConfig:
 
     @classmethod
     def build(
-        cls, n: int, *, batch_size: Any, shuffle: bool, seed: Any, drop_last: bool,
+        cls, n: int | None, *, batch_size: Any, shuffle: bool, seed: Any, drop_last: bool,
         num_workers: Any, prefetch: Any, start_method: Any, worker_init: Any, timeout: Any,
         max_held: Any, copy: bool, on_worker_death: Any, shard: Any, return_mask: bool,
         batch_plan: Any, on_stall: Any, pool: Any, ragged: Any = None, pad_value: Any = 0,
@@ -134,7 +134,8 @@ class LoaderConfig:
         pad_to_multiple: Any = None,
         share_dataset: bool = True,
     ) -> LoaderConfig:
-        """Validate a Loader's arguments (``pool``: a fastload.Pool or None)."""
+        """Validate a Loader's arguments (``pool``: a fastload.Pool or None; ``n``: the
+        dataset's length, None for a plain iterable)."""
         rank_world = resolve_shard(shard)
         sample_spec = SampleSpec.build(ragged, pad_value, pad_to_multiple, stack)
         if on_worker_death not in ("raise", "restart"):
@@ -180,7 +181,7 @@ class LoaderConfig:
             num_workers = pool.num_workers
         return cls(
             batch_size=batch_size, shuffle=bool(shuffle), seed=seed,
-            drop_last=bool(drop_last), num_workers=num_workers if n else 0,
+            drop_last=bool(drop_last), num_workers=num_workers if n is None or n else 0,
             prefetch=prefetch, start_method=start_method, worker_init=worker_init,
             timeout=timeout, max_held=max_held, copy=bool(copy), on_worker_death=on_worker_death,
             shard=rank_world, return_mask=bool(return_mask), batch_plan=batch_plan,

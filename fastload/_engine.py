@@ -47,7 +47,7 @@ from . import _messages as m
 from . import _ring
 from ._config import LoaderConfig
 from ._deaths import DeathPolicy
-from ._fill import BatchFiller
+from ._iterable import filler_for
 from ._mailbox import Mailbox
 from ._memory import MemoryWatch
 from ._plan import PlanCursor
@@ -63,12 +63,14 @@ __all__ = ["Engine"]
 
 _client_ids = itertools.count()
 log = logging.getLogger("fastload")
+_ENDED = object()  # a plain iterable's epoch ended (NOTE [iterable datasets])
 
 
 class Engine:
     """Everything a loader owns. Holds no reference to the Loader (so finalizers work)."""
 
-    def __init__(self, dataset: Any, n: int, cfg: LoaderConfig, pool: Pool | None) -> None:
+    def __init__(self, dataset: Any, n: int | None, cfg: LoaderConfig,
+                 pool: Pool | None) -> None:
         self.pid = os.getpid()
         self.cid = next(_client_ids)
         self.cfg = cfg
@@ -90,7 +92,7 @@ class Engine:
         self.pending: deque[BaseException] = deque()  # NOTE [pool callbacks]
         self.warmed = False  # NOTE [first samples]
         self._last_check = time.monotonic()
-        self.filler = BatchFiller(dataset, None) if cfg.num_workers == 0 else None
+        self.filler = filler_for(dataset, None, 0) if cfg.num_workers == 0 else None
         self.pool: WorkerPool | None = None
         self.mail: Mailbox | None = None
         self.sharing: Sharing | None = None  # NOTE [shared datasets] (_share.py)
@@ -170,6 +172,8 @@ class Engine:
             self.memwatch.first_batch_out(self.pool.pids())
         try:
             batch = self._worker_batch(epoch) if self.pool else self._inprocess_batch(epoch, b)
+            if batch is _ENDED:  # NOTE [iterable datasets]: every worker's iterator ended
+                raise StopIteration
         except BaseException as e:
             if self.consumed == b:  # NOTE [errors do not end the epoch]
                 self.abort_epoch()
@@ -189,15 +193,15 @@ class Engine:
 
     def _inprocess_batch(self, epoch: int, b: int) -> Any:
         """num_workers=0: the workers' fill path (fastload/_fill.py), into a private buffer."""
-        assert self.filler is not None
+        filler, plan = self.filler, self.plan
+        assert filler is not None
         try:
-            self.layout, batch = self.filler.load(self.layout, self.plan.batch(epoch, b),
-                                                  self.plan.rows, self.plan.seed, epoch,
-                                                  self.cfg.sample_spec)
+            self.layout, batch = filler.load(self.layout, plan.batch(epoch, b), plan.rows,
+                                             plan.seed, epoch, self.cfg.sample_spec)
         except Exception:
             self.consumed += 1  # NOTE [errors do not end the epoch]
             raise
-        return batch
+        return batch if plan.done(epoch, b, filler.rows, filler.flags) else _ENDED
 
     # -- the worker path ---------------------------------------------------------------------
     def _worker_batch(self, epoch: int) -> Any:
@@ -206,29 +210,37 @@ class Engine:
         assert (slots := self.slots) is not None
         if self.pending or time.monotonic() - self._last_check > POLL_INTERVAL_S:
             self._check_workers()  # also while data flows: a worker may have died idle
-        self._refill()
-        task = slots.inflight[0]
-        assert task.epoch == epoch and task.batch == self.consumed, (task, epoch, self.consumed)
-        word = self._wait_slot(task.slot)
-        slots.inflight.popleft()
-        assert self.mail is not None and self.layout is not None
-        info, spilled = slots.ring.slot_info(task.slot), None  # info["pid"]: who published it
-        if _ring.state_bits(word)[0] == _ring.FAILED:
-            slots.release(task.slot)
-            self.consumed += 1  # its samples raised: the next next() goes on with the next batch
-            what = f"batch {task.batch} of epoch {epoch}"
-            self.mail.raise_failure(task.slot, task.seq, word, what, info["pid"])
-        if self.layout.n_objects and info["flags"] & _ring.F_SPILLED:
-            spilled = self.mail.spilled_image(task.slot, task.seq, word, info["pid"],
-                                              self.cfg.on_worker_death)
-            if spilled is None:  # restart mode: its worker died before it sent it: load again
-                slots.redo(task, info["count"])
-                return self._worker_batch(epoch)
-            self.counters["spilled_batches"] += 1
-        batch = slots.deliver(task.slot, info["count"], info["var_bytes"], spilled,
-                              self.cfg.copy, self.cfg.max_held)
-        self._refill()
-        return batch
+        plan = self.plan
+        while True:
+            self._refill()
+            if plan.iterable and plan.all_ended(epoch) and (
+                    not slots.inflight or slots.inflight[0].epoch != epoch):
+                return _ENDED
+            task = slots.inflight[0]
+            assert task.epoch == epoch and (plan.iterable or task.batch == self.consumed)
+            word = self._wait_slot(task.slot)
+            slots.inflight.popleft()
+            assert self.mail is not None and self.layout is not None
+            info, spilled = slots.ring.slot_info(task.slot), None  # info["pid"]: who published
+            if _ring.state_bits(word)[0] == _ring.FAILED:
+                slots.release(task.slot)
+                self.consumed += 1  # its samples raised: the next next() goes on with the next
+                what = f"batch {task.batch} of epoch {epoch}"
+                self.mail.raise_failure(task.slot, task.seq, word, what, info["pid"])
+            if not plan.done(epoch, task.batch, info["rows"], info["flags"]):
+                slots.release(task.slot)  # NOTE [iterable datasets]: no batch, skipped
+                continue
+            if self.layout.n_objects and info["flags"] & _ring.F_SPILLED:
+                spilled = self.mail.spilled_image(task.slot, task.seq, word, info["pid"],
+                                                  self.cfg.on_worker_death)
+                if spilled is None:  # restart mode: its worker died before it sent it: again
+                    slots.redo(task, info["count"])
+                    continue
+                self.counters["spilled_batches"] += 1
+            batch = slots.deliver(task.slot, info["rows"], info["var_bytes"], spilled,
+                                  self.cfg.copy, self.cfg.max_held)
+            self._refill()
+            return batch
 
     def _refill(self) -> None:
         slots, pool, plan, cursor = self.slots, self.pool, self.plan, self.cursor
@@ -241,7 +253,7 @@ class Engine:
             task = cursor.next(cur)
             if task is None:
                 break
-            slots.queue(task[0], task[1], plan.batch(*task), plan.seed)
+            slots.queue(task[0], task[1], plan.batch(*task), plan.seed, plan.target(*task))
             pool.bell.ring()
 
     def _wait_slot(self, slot: int) -> int:
@@ -258,16 +270,18 @@ class Engine:
 
     # -- the first sample and the region -----------------------------------------------------
     def _send_probe(self) -> None:
-        """Ask worker 0 for the layout of the next batch's first sample; NOTE [first samples]:
-        the first time, also have each other worker load the first sample of a later batch."""
+        """Ask a worker (0, for a map-style dataset) for the layout of the next batch's first
+        sample; NOTE [first samples]: the first time, also have each other worker load the
+        first sample of a later batch."""
         assert self.mail is not None and self.pool is not None
         e = self.active_epoch if self.active_epoch is not None else self.next_epoch
-        if not (self.n and (nb := self.plan.nbatches_of(e))):
+        warm = 0 if self.warmed else self.cfg.num_workers
+        firsts = self.plan.probe_tasks(e, self.consumed, warm)
+        if not firsts:
             return
-        b, warm = self.consumed, 0 if self.warmed else self.cfg.num_workers
-        firsts = [int(self.plan.batch(e, b + k)[0]) for k in range(max(1, min(warm, nb - b)))]
-        self.mail.send_probe(m.Probe(self.cid, firsts[0], self.plan.rows, self.plan.seed,
-                                     e, self.cfg.sample_spec), firsts[1:])
+        (to, sample), rest = firsts[0], firsts[1:]
+        self.mail.send_probe(m.Probe(self.cid, sample, self.plan.rows, self.plan.seed, e,
+                                     self.cfg.sample_spec), rest, to)
         self.warmed = True
 
     def _setup_region(self) -> None:
@@ -278,7 +292,7 @@ class Engine:
         while True:
             if mail.probe is None:
                 self._send_probe()
-            pool.pump(0, POLL_INTERVAL_S)
+            pool.pump(mail.probe_worker, POLL_INTERVAL_S)
             try:
                 mail.collect()
             except BaseException:
@@ -291,10 +305,17 @@ class Engine:
                 raise
             if mail.layout is not None:
                 break
+            if mail.probe_ended is not None:  # NOTE [iterable datasets]: ask the next worker
+                (worker, pe), mail.probe_ended = mail.probe_ended, None
+                self.plan.ended(pe, worker)
+                if pe == self.active_epoch and self.plan.all_ended(pe):
+                    raise StopIteration  # no worker's iterator has a sample this epoch
             self._check_workers()
             if mail.probe_started:  # a slow process start is not a slow dataset: count from
                 wait.start_stall()  # when worker 0 starts loading the sample
-            wait.check(lambda: f"worker 0 (pid {pool.pid_of(0)}) is still loading sample index "
+            w = mail.probe_worker
+            wait.check(lambda: f"worker {w} (pid {pool.pid_of(w)}) is still "  # noqa: B023
+                       f"loading sample index "
                        f"{mail.probe.sample if mail.probe else '?'} (the first sample, which sets "
                        "the batch layout)")
         self.layout = mail.layout

@@ -93,6 +93,10 @@ class BatchFiller:
         # NOTE [first samples] (_engine.py): (seed, epoch, index) -> (sample, or the exception
         # loading it raised), loaded before the layout was known, packed when its batch comes.
         self.warm: dict[tuple[int, int, int], tuple[bool, Any]] = {}
+        #: Result flags of the last fill for its slot (fastload._ring.F_ENDED: a plain
+        #: iterable's iterator ended, fastload/_iterable.py); 0 for map-style datasets.
+        self.flags = 0
+        self.rows = 0  # rows of the last fill (fewer than its indices: a plain iterable's end)
 
     def warm_up(self, index: int, seed: int, epoch: int) -> None:
         """Load sample ``index`` now and keep it (or its exception) for the batch that has it."""
@@ -141,6 +145,7 @@ class BatchFiller:
         index = None
         image = None
         batch: list[int] | None = None
+        self.rows = len(indices)
         ctx = _sample_ctx
         ctx[0], ctx[1] = seed, epoch
         if ring is not None:  # who loads it, whatever the path (the parent reads it: _mailbox)
@@ -205,7 +210,7 @@ class BatchFiller:
         if error is not None:
             raise_rebuilt(error)
         objects, ragged = image.local() if image is not None else (None, None)
-        return layout, layout.unpack(buf, len(indices), objects, ragged)
+        return layout, layout.unpack(buf, self.rows, objects, ragged)
 
     def _gather(self, packer: Any, layout: Any, slot: int, indices: Any) -> bool:
         """ArrayDataset fast path; False (and never again) if a column cannot be gathered."""

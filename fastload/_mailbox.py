@@ -32,24 +32,28 @@ class Mailbox:
         self.timeout = timeout  # the loader's: also bounds the wait for a batch's message
         self.msgs: dict[tuple[int, int], Any] = {}  # (slot, seq) -> BatchFailed/Spill
         self.lock = threading.Lock()
-        self.layout: Any = None  # what worker 0's probe found
+        self.layout: Any = None  # what the probe found
         self.probe: m.Probe | None = None  # sent, not yet answered
-        self.probe_started = False  # worker 0 said it began loading the probe sample
+        self.probe_worker = 0  # who it was sent to
+        self.probe_started = False  # that worker said it began loading the probe sample
         self.probe_failed = False  # the error being raised is the probe sample's
+        #: (worker, epoch) whose iterator had no probe sample (NOTE [iterable datasets])
+        self.probe_ended: tuple[int, int] | None = None
 
-    def send_probe(self, probe: m.Probe, warm: list[int]) -> None:
-        """``probe`` to worker 0; the samples ``warm`` to workers 1, 2, ..., to load and keep
+    def send_probe(self, probe: m.Probe, warm: list[tuple[int, int]], to: int = 0) -> None:
+        """``probe`` to worker ``to``; each (worker, sample) of ``warm`` to load and keep
         (NOTE [first samples] in _engine.py)."""
-        # Not kept if worker 0 is dead: the engine asks again once it is restarted.
-        self.probe = probe if self.pool.send(0, probe) else None
+        # Not kept if the worker is dead: the engine asks again once it is restarted.
+        self.probe = probe if self.pool.send(to, probe) else None
+        self.probe_worker = to
         self.probe_started = self.probe_failed = False
-        for k, index in enumerate(warm, 1):
+        for k, index in warm:
             self.pool.send(k, probe._replace(sample=index, spec=None, report=False))
 
     def probe_lost(self, worker: int) -> list[int | None]:
         """``worker`` died: the probe sample it was loading (it is asked again after the
         restart), if any."""
-        if worker != 0 or self.probe is None or self.layout is not None:
+        if worker != self.probe_worker or self.probe is None or self.layout is not None:
             return []
         lost: list[int | None] = [self.probe.sample] if self.probe_started else []
         self.probe, self.probe_started = None, False
@@ -76,6 +80,8 @@ class Mailbox:
             self.msgs[(msg.slot, msg.seq)] = msg
         elif isinstance(msg, m.ProbeStarted):
             self.probe_started = True
+        elif isinstance(msg, m.ProbeEnded):
+            self.probe, self.probe_ended = None, (i, msg.epoch)
         elif isinstance(msg, m.LayoutFound):
             if self.layout is None:
                 self.layout = msg.layout

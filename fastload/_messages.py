@@ -9,21 +9,22 @@ rare (set-up, errors, object leaves that did not fit a slot), never one per batc
 Parent -> worker: ``Bell`` + the pool's bell fd (sent first, once); ``AddDataset`` (a new
 client; a dataset pickled to more than 64 KiB travels as ``AddDatasetFd`` + a memfd holding it,
 so that no large write to a worker's pipe can wait on a worker that waits to write to us);
-``Probe`` (load one sample, reply ``ProbeStarted`` then ``LayoutFound`` or
-``ProbeFailed``); ``Attach`` + the client's region fd (map it, start filling its ring);
-``Detach`` (drop the client's dataset, unmap its region); ``Stop`` (exit 0). An fd follows its
-message on the pipe as an SCM_RIGHTS message (multiprocessing.reduction.send_handle). The
-parent reads what workers send with a FrameReader (NOTE [resumable reads] in _frames.py), which
-never waits for the rest of a message or for an fd that has not come.
+``Probe`` (load one sample, reply ``ProbeStarted`` then ``LayoutFound`` or ``ProbeFailed``, or
+``ProbeEnded`` when a plain iterable's iterator has no such sample); ``Attach`` + the client's
+region fd (map it, start filling its ring); ``Detach`` (drop the client's dataset, unmap its
+region); ``Stop`` (exit 0). An fd follows its message on the pipe as an SCM_RIGHTS message
+(multiprocessing.reduction.send_handle). The parent reads what workers send with a FrameReader
+(NOTE [resumable reads] in _frames.py), which never waits for the rest of a message or for an
+fd that has not come.
 
-Worker -> parent: ``ProbeStarted``, ``LayoutFound``, ``ProbeFailed``; ``BatchFailed`` for a
-batch that raised (sent *after* the slot is marked FAILED, so a large message can never block a
-worker that the parent is not yet reading); ``Spill`` for a batch's variable image (object and
-ragged leaves) that did not fit the slot's variable area, or on Linux ``SpillFd`` + the fd of a
-memfd holding it (the pool maps it on receipt and files a ``Spill`` whose image is that
-mapping: large ragged batches cross without a copy through the pipe); ``DatasetFailed`` when
-a dataset cannot be unpickled there; ``InitFailed``
-when ``worker_init`` fails (it concerns every client).
+Worker -> parent: ``ProbeStarted``, ``LayoutFound``, ``ProbeEnded``, ``ProbeFailed``;
+``BatchFailed`` for a batch that raised (sent *after* the slot is marked FAILED, so a large
+message can never block a worker that the parent is not yet reading); ``Spill`` for a batch's
+variable image (object and ragged leaves) that did not fit the slot's variable area, or on
+Linux ``SpillFd`` + the fd of a memfd holding it (the pool maps it on receipt and files a
+``Spill`` whose image is that mapping: large ragged batches cross without a copy through the
+pipe); ``DatasetFailed`` when a dataset cannot be unpickled there; ``InitFailed`` when
+``worker_init`` fails (it concerns every client).
 Batch messages are filed by (slot, seq): ``seq`` is the task's number in the slot header (64
 bits, never reused by a loader), so a message of an abandoned batch (``break``, a new
 ``iter()``, ``load_state_dict``) can never be taken for a later batch in the same slot.
@@ -35,8 +36,8 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "Bell", "AddDataset", "AddDatasetFd", "Probe", "Attach", "Detach", "Stop",
-    "ProbeStarted", "LayoutFound", "ProbeFailed", "BatchFailed", "Spill", "SpillFd", "Started",
-    "DatasetFailed",
+    "ProbeStarted", "LayoutFound", "ProbeEnded", "ProbeFailed", "BatchFailed", "Spill",
+    "SpillFd", "Started", "DatasetFailed",
     "InitFailed", "Death",
 ]
 
@@ -88,6 +89,14 @@ class ProbeStarted(NamedTuple):
 class LayoutFound(NamedTuple):
     cid: int
     layout: Any  # BatchLayout
+
+
+class ProbeEnded(NamedTuple):
+    """A plain iterable's probe: this worker's iterator of ``epoch`` has no sample (NOTE
+    [iterable datasets] in _iterable.py)."""
+
+    cid: int
+    epoch: int
 
 
 class ProbeFailed(NamedTuple):

@@ -34,6 +34,10 @@ _Array = np.ndarray[Any, Any]
 class EpochPlan:
     """Orders, masks and batches of every epoch (cached for the two epochs in use)."""
 
+    #: A plain iterable's plan (fastload/_iterable.py): batches targeted at one worker, whose
+    #: number is known only once every worker's iterator has ended.
+    iterable = False
+
     def __init__(
         self,
         n: int,
@@ -135,6 +139,33 @@ class EpochPlan:
 
     def nbatches_of(self, epoch: int) -> int:
         return self.nbatches if self.batch_plan is None else len(self.plan(epoch))
+
+    def user_len(self, epoch: int) -> int:
+        """What len(loader) says for ``epoch``."""
+        return self.nbatches_of(epoch)
+
+    def target(self, epoch: int, b: int) -> int | None:
+        """The worker that must load batch ``b`` (None: any worker)."""
+        return None
+
+    def probe_tasks(self, epoch: int, b: int, n: int) -> list[tuple[int, int]]:
+        """NOTE [first samples] (_engine.py): (worker, sample) to load first, from batch ``b``
+        on: the first of batches b, b + 1, ..., b + n - 1 by workers 0, 1, ... (at least one;
+        none if the epoch has no batch ``b``)."""
+        nb = self.nbatches_of(epoch)
+        return [(k, int(self.batch(epoch, b + k)[0])) for k in range(min(max(1, n), nb - b))]
+
+    def ended(self, epoch: int, worker: int) -> None:
+        """A plain iterable's: ``worker``'s iterator of ``epoch`` has no sample left."""
+
+    def all_ended(self, epoch: int) -> bool:
+        """A plain iterable's: whether every worker's iterator of ``epoch`` has ended."""
+        return False
+
+    def done(self, epoch: int, b: int, rows: int, flags: int) -> bool:
+        """Batch ``b`` came back with ``rows`` rows and the result ``flags``: whether it is a
+        batch to deliver (always, but for a plain iterable's: fastload/_iterable.py)."""
+        return True
 
     def batch(self, epoch: int, b: int) -> _Array:
         """The sample indices of batch ``b`` of ``epoch``."""

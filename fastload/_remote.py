@@ -20,10 +20,11 @@ __all__ = ["pack_exception", "rebuild_exception", "raise_rebuilt"]
 
 
 def pack_exception(exc: BaseException, index: int | None, worker_id: int | None,
-                   batch: list[int] | None = None) -> bytes:
+                   batch: list[int] | None = None, where: str | None = None) -> bytes:
     """Serialise an exception from user code with its traceback text (never raises).
     ``worker_id`` None: raised in the main process (num_workers=0); ``batch``: the sample
-    indices of the ``__getitems__`` call it came from."""
+    indices of the ``__getitems__`` call it came from; ``where``: what the sample is, if not
+    "sample index {index}" (a plain iterable's)."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
         data = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
@@ -39,6 +40,7 @@ def pack_exception(exc: BaseException, index: int | None, worker_id: int | None,
         "index": index,
         "batch": batch,
         "context": _safe_context(exc),
+        "where": where,
         "worker_id": worker_id,
         "pid": os.getpid(),
     }
@@ -81,6 +83,8 @@ def rebuild_exception(payload: bytes) -> BaseException:
     wid = info["worker_id"]
     who = "the main process (num_workers=0)" if wid is None else f"worker {wid} (pid {info['pid']})"
     where = f"sample index {info['index']}" if info["index"] is not None else "worker start-up"
+    if info.get("where"):
+        where = info["where"]
     batch = info.get("batch")
     if batch is not None:
         shown = ", ".join(map(str, batch[:8])) + (", ..." if len(batch) > 8 else "")

@@ -17,6 +17,7 @@ READY = FL_SLOT_READY
 FAILED = FL_SLOT_FAILED
 READING = FL_SLOT_READING
 F_SPILLED = FL_SLOT_F_SPILLED
+F_ENDED = FL_SLOT_F_ENDED
 LAYOUT_VERSION = FL_LAYOUT_VERSION
 MAX_SLOTS = FL_MAX_SLOTS
 MAX_WORKERS = FL_MAX_WORKERS
@@ -159,11 +160,18 @@ cdef class RingIndex(_Mapped):
             raise IndexError(f"slot {slot} out of range [0, {self.nslots})")
         return 0
 
-    def queue(self, long long slot, uint64_t seq, uint64_t epoch, uint32_t count):
-        """[parent] FREE -> QUEUED: hand ``slot`` to the workers as batch ``seq``."""
+    def queue(self, long long slot, uint64_t seq, uint64_t epoch, uint32_t count,
+              target=None):
+        """[parent] FREE -> QUEUED: hand ``slot`` to the workers as batch ``seq``; with a
+        ``target`` worker id, to that worker only."""
         cdef void *m = self._m()
         self._slot_ok(slot)
-        _check(fl_ring_queue(m, slot, seq, epoch, count), f"queueing slot {slot}")
+        cdef uint32_t t = 0xFFFFFFFFu
+        if target is not None:
+            if not 0 <= target < FL_MAX_WORKERS:
+                raise ValueError(f"target worker must be in [0, {FL_MAX_WORKERS}), got {target}")
+            t = target
+        _check(fl_ring_queue_to(m, slot, seq, epoch, count, t), f"queueing slot {slot}")
 
     def claim(self, uint32_t worker_id, double timeout):
         """[worker] Claim the oldest queued slot, waiting up to ``timeout`` seconds (GIL released).
@@ -282,6 +290,7 @@ cdef class RingIndex(_Mapped):
             "state": FL_STATE_BITS(i.state), "owner": FL_OWNER_BITS(i.state),
             "gen": FL_GEN_BITS(i.state), "seq": i.seq, "epoch": i.epoch, "count": i.count,
             "progress": i.progress, "pid": i.pid, "flags": i.flags, "var_bytes": i.var_bytes,
+            "rows": i.rows, "target": None if i.target == 0xFFFFFFFFu else i.target,
         }
 
     def slot_count(self, long long slot):
@@ -295,6 +304,12 @@ cdef class RingIndex(_Mapped):
         cdef void *m = self._m()
         self._slot_ok(slot)
         fl_ring_set_progress(m, slot, rows, pid)
+
+    def set_rows(self, long long slot, uint32_t rows):
+        """[worker] The batch has ``rows`` rows (at most its count: the worker's stream ended)."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        _check(fl_ring_set_rows(m, slot, rows), f"setting the rows of slot {slot}")
 
     def set_result(self, long long slot, uint32_t flags, uint64_t var_bytes):
         """[worker] Record the result flags and variable-area size before publishing."""

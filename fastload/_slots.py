@@ -79,6 +79,7 @@ class Task(NamedTuple):
     slot: int
     epoch: int
     batch: int
+    target: int | None = None  # the worker that must load it (None: any)
 
 
 #: This process's pid, updated in a forked child (os.register_at_fork).
@@ -138,11 +139,13 @@ class SlotTable:
     def can_queue(self, depth: int) -> bool:
         return len(self.inflight) < depth and bool(self.free)
 
-    def queue(self, epoch: int, batch: int, indices: Any, seed: int) -> None:
+    def queue(self, epoch: int, batch: int, indices: Any, seed: int,
+              target: int | None = None) -> None:
+        """Queue batch ``batch`` of ``epoch`` for any worker, or for worker ``target`` only."""
         slot = self.free.pop()
         self.map.write_task(slot, indices, seed)
-        self.ring.queue(slot, self.seq, epoch, len(indices))
-        self.inflight.append(Task(self.seq, slot, epoch, batch))
+        self.ring.queue(slot, self.seq, epoch, len(indices), target)
+        self.inflight.append(Task(self.seq, slot, epoch, batch, target))
         self.seq += 1
 
     def redo(self, task: Task, count: int) -> None:
@@ -152,7 +155,7 @@ class SlotTable:
         mailbox drops messages of older seqs as abandoned, and workers claim the lowest seq
         first), and its dead worker can send nothing more under it."""
         self.ring.release(task.slot)
-        self.ring.queue(task.slot, task.seq, task.epoch, count)
+        self.ring.queue(task.slot, task.seq, task.epoch, count, task.target)
         self.inflight.appendleft(task)
 
     def drop(self, slot: int) -> None:

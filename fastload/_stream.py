@@ -436,10 +436,15 @@ class StreamPlan(EpochPlan):
         return left
 
 
-def plan_of(dataset: Any, n: int, cfg: Any) -> EpochPlan:
+def plan_of(dataset: Any, n: int | None, cfg: Any) -> EpochPlan:
     """The plan of a Loader's dataset (a StreamView's, or the map-style one) from its config."""
+    from ._iterable import IterPlan, is_iterable
+
+    if is_iterable(dataset):
+        return IterPlan(dataset, cfg.batch_size, cfg.num_workers, cfg.drop_last, cfg.seed)
     if isinstance(dataset, StreamView):
         return StreamPlan(dataset, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
                           drop_last=cfg.drop_last, shard=cfg.shard)
+    assert n is not None
     return EpochPlan(n, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
                      drop_last=cfg.drop_last, shard=cfg.shard, batch_plan=cfg.batch_plan)

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from . import _messages as m
-from ._fill import BatchFiller, WorkerInfo, set_worker_info
+from ._fill import WorkerInfo, set_worker_info
+from ._iterable import StreamEnded, filler_for
 from ._remote import pack_exception
 
 __all__ = ["worker_main"]
@@ -158,7 +159,7 @@ class _Client:
     def __init__(self, worker: _Worker, cid: int, dataset: Any) -> None:
         self.worker = worker
         self.cid = cid
-        self.filler: BatchFiller | None = BatchFiller(dataset, worker.worker_id)
+        self.filler: Any = filler_for(dataset, worker.worker_id, worker.num_workers)
         self.info = WorkerInfo(worker.worker_id, worker.num_workers, worker.seed, dataset)
         self.pid = worker.pid
         self.ring: Any = None
@@ -209,6 +210,8 @@ class _Client:
         conn.send(m.ProbeStarted(self.cid))
         try:
             layout = self.filler.probe(msg.sample, msg.batch_size, msg.seed, msg.epoch, msg.spec)
+        except StreamEnded:  # NOTE [iterable datasets]: this worker's iterator has no sample
+            conn.send(m.ProbeEnded(self.cid, msg.epoch))
         except BaseException as e:
             conn.send(m.ProbeFailed(self.cid, pack_exception(e, msg.sample, self.worker.worker_id)))
         else:
@@ -229,10 +232,13 @@ class _Client:
                 self.worker.conn.send(m.BatchFailed(self.cid, slot, info["seq"], error))
             return
         spill: Any = None
+        flags = self.filler.flags  # F_ENDED: a plain iterable's iterator ended
+        if flags and image is None:
+            ring.set_result(slot, flags, 0)
         if image is not None:
             nbytes = slots.write_image(slot, image)
             if nbytes:
-                ring.set_result(slot, 0, nbytes)
+                ring.set_result(slot, flags, nbytes)
             else:
                 try:  # before publishing: a failure here (no memory) is this batch's error
                     spill = _overflow(image)
@@ -244,14 +250,14 @@ class _Client:
                     return
                 from ._ring import F_SPILLED
 
-                ring.set_result(slot, F_SPILLED, 0)
+                ring.set_result(slot, F_SPILLED | flags, 0)
         if not ring.publish(slot, state, True):
             if isinstance(spill, int):
                 os.close(spill)
             return  # reclaimed meanwhile (cannot happen while we live) or cancelled
         if isinstance(spill, int):  # NOTE [worker protocol]: the memfd follows its message
             try:
-                nbytes = image.nbytes  # type: ignore[union-attr]
+                nbytes = image.nbytes
                 self.worker.conn.send(m.SpillFd(self.cid, slot, info["seq"], nbytes))
                 send_handle(self.worker.conn, spill, os.getppid())
             finally:

@@ -21,6 +21,7 @@ except ImportError as e:  # pragma: no cover - exercised only on broken installs
     ) from e
 
 from ._engine import Engine
+from ._iterable import check_iterable_args, is_iterable
 from ._stream import stream_view
 from .stream import ShardedStream
 
@@ -49,7 +50,7 @@ class _EpochIterator(Iterator[Any]):
 
     def __len__(self) -> int:
         plan = self._engine.plan  # (a batch plan is not asked before the epoch's first next())
-        return plan.nbatches if plan.batch_plan is not None else plan.nbatches_of(self.epoch)
+        return plan.nbatches if plan.batch_plan is not None else plan.user_len(self.epoch)
 
 
 class Loader:
@@ -62,6 +63,11 @@ class Loader:
         tuple / list / dict / namedtuple of them, nested to any depth. Leaves that are not
         arrays or numbers (strings, arbitrary objects) are delivered as a list per batch. A
         ``__getitems__(list_of_int)`` method, if present, is called once per batch instead.
+        Also a :class:`fastload.ShardedStream`, or a plain iterable (``__iter__`` and no
+        ``__getitem__``, e.g. torch's ``IterableDataset``): each worker then iterates its own
+        copy every epoch, as torch's workers do (split it with :func:`get_worker_info`), and
+        batches come round-robin from the workers (NOTE [iterable datasets] in
+        fastload/_iterable.py); ``len(loader)`` needs the dataset's ``__len__``.
     batch_size : int
         Samples per batch (the last batch may be smaller unless ``drop_last``).
     shuffle : bool
@@ -199,7 +205,10 @@ class Loader:
         elif shuffle_buffer is not None:
             raise ValueError("shuffle_buffer applies to a fastload.ShardedStream dataset; a "
                              "map-style dataset is shuffled whole (shuffle=True)")
-        n = dataset_len(dataset)
+        iterable = is_iterable(dataset)
+        if iterable:
+            check_iterable_args(dataset, shuffle=shuffle, shard=shard, batch_plan=batch_plan)
+        n = None if iterable else dataset_len(dataset)
         cfg = LoaderConfig.build(
             n, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
             num_workers=num_workers, prefetch=prefetch, start_method=start_method,
@@ -232,7 +241,7 @@ class Loader:
     def __len__(self) -> int:
         assert self._engine is not None
         e = self._engine
-        return e.plan.nbatches_of(e.active_epoch if e.active_epoch is not None else e.next_epoch)
+        return e.plan.user_len(e.active_epoch if e.active_epoch is not None else e.next_epoch)
 
     def __iter__(self) -> _EpochIterator:
         if self._engine is None:
@@ -284,6 +293,12 @@ class Loader:
         assert self._engine is not None
         return self._engine.memory()
 
+    def _len_or_unknown(self) -> int | str:
+        try:
+            return len(self) if self._engine is not None else "?"
+        except TypeError:  # a plain iterable without __len__
+            return "?"
+
     def __enter__(self) -> Loader:
         return self
 
@@ -295,5 +310,5 @@ class Loader:
         state = "closed" if e is None or e.closed else "open"
         return (
             f"<fastload.Loader batch_size={self.batch_size} num_workers={self.num_workers} "
-            f"batches={len(self) if e else '?'} {state}>"
+            f"batches={self._len_or_unknown()} {state}>"
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import sys
 
@@ -26,6 +27,8 @@ from helpers.compat import (  # noqa: E402
     SlowDS,
     StrDS,
     TensorPairDS,
+    TorchStream,
+    TouchInit,
     WorkerInfoDS,
     pad_collate,
     record_init,
@@ -353,12 +356,6 @@ def test_timeout_pin_memory_and_context():
     with DataLoader(ArrayDS(), batch_size=4, num_workers=1, timeout=0.5, persistent_workers=True,
                     prefetch_factor=3, multiprocessing_context="fork") as dl:
         assert dl._loader is None  # workers start at the first iter(), as torch's
-    class Stream(torch.utils.data.IterableDataset):
-        def __iter__(self):
-            return iter(range(3))
-
-    with pytest.raises(NotImplementedError):
-        DataLoader(Stream())
 
 
 ARG_CASES = [
@@ -454,3 +451,66 @@ def test_too_many_workers_warns_as_torch_does(monkeypatch):
     with pytest.warns(UserWarning, match="suggested max number of worker in current system is 1"):
         with DataLoader(ArrayDS(), num_workers=3):
             pass
+
+
+# -- IterableDataset ---------------------------------------------------------------------------
+ITER_CASES = [  # (num_workers, batch_size, drop_last, per-worker lengths)
+    (0, 3, False, [7]),
+    (2, 3, False, [7, 2]),
+    (2, 3, True, [7, 2]),
+    (3, 2, False, [0, 5, 1]),
+    (2, None, False, [3, 2]),
+]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 3 workers, 2 CPUs
+@pytest.mark.parametrize("nw,bs,drop_last,lengths", ITER_CASES)
+def test_an_iterable_dataset_gives_torchs_batches_in_torchs_order(nw, bs, drop_last, lengths):
+    ds = TorchStream(lengths)
+    want = list(TorchDataLoader(ds, batch_size=bs, num_workers=nw, drop_last=drop_last))
+    with DataLoader(ds, batch_size=bs, num_workers=nw, drop_last=drop_last,
+                    timeout=MP_TIMEOUT) as dl:
+        got = list(dl)
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            same(a, b)
+        again = list(dl)  # the next epoch: every replica iterated again
+        assert len(again) == len(want)
+
+
+@pytest.mark.timeout(120)
+def test_an_iterable_dataset_sees_torchs_worker_info_and_worker_init_fn(tmp_path):
+    with DataLoader(TorchStream([2, 2]), batch_size=2, num_workers=2, timeout=MP_TIMEOUT,
+                    worker_init_fn=TouchInit(str(tmp_path))) as dl:
+        batches = list(dl)
+    assert [b[:, 0].tolist() for b in batches] == [[0, 0], [1, 1]]  # worker ids, from torch's
+    assert sorted(os.listdir(tmp_path)) == ["0", "1"]
+
+
+def test_an_iterable_dataset_refuses_what_torch_refuses_with_torchs_messages():
+    ds = TorchStream([3])
+    for kwargs in (dict(shuffle=True), dict(sampler=[0, 1]), dict(batch_sampler=[[0]])):
+        with pytest.raises(ValueError) as theirs:
+            TorchDataLoader(ds, **kwargs)
+        with pytest.raises(ValueError) as mine:
+            DataLoader(ds, **kwargs)
+        assert str(mine.value) == str(theirs.value)
+
+
+@pytest.mark.timeout(120)
+def test_an_iterable_datasets_len_and_the_warning_when_it_yields_more():
+    ds = TorchStream([3, 3], length=2)  # reports 2 samples, its 2 workers yield 6
+    theirs = TorchDataLoader(ds, batch_size=1, num_workers=2)
+    with DataLoader(ds, batch_size=1, num_workers=2, timeout=MP_TIMEOUT) as dl:
+        assert len(dl) == len(theirs) == 2
+        with pytest.warns(UserWarning, match="Length of IterableDataset") as mine:
+            list(dl)
+    with pytest.warns(UserWarning, match="Length of IterableDataset") as ref:
+        list(theirs)
+    strip = [str(w.message).split(" was reported")[1] for w in mine
+             if "Length of" in str(w.message)]
+    assert strip == [str(w.message).split(" was reported")[1] for w in ref
+                     if "Length of" in str(w.message)]
+    with pytest.raises(TypeError):
+        len(DataLoader(TorchStream([3]), batch_size=1))

@@ -1561,6 +1561,52 @@ static void test_regression_slot_info_race(void) {
     ring_free(&r);
 }
 
+/* fl_ring_queue_to: a targeted slot is claimed by its worker only, whatever its seq; a
+ * reclaimed one keeps its target; fl_ring_set_rows shrinks the batch, bounded by count, and
+ * a reclaim restores it. */
+static void test_targeted_queue_and_rows(void) {
+    ring r = ring_new(4, 64);
+    void *m = r.mem;
+    fl_slot_info info;
+    uint32_t slot, st;
+    assert(fl_ring_queue_to(m, 0, 10, 0, 5, 2) == FL_OK);    /* oldest, for worker 2 */
+    assert(fl_ring_queue_to(m, 1, 11, 0, 5, FL_TARGET_ANY) == FL_OK);
+    assert(fl_ring_slot_info(m, 0, &info) == FL_OK && info.target == 2 && info.rows == 5);
+    assert(fl_ring_slot_info(m, 1, &info) == FL_OK && info.target == FL_TARGET_ANY);
+    /* worker 1 skips slot 0 (not its own) and takes the untargeted one */
+    assert(fl_ring_claim(m, 1, 0, &slot, &st) == FL_OK && slot == 1);
+    assert(fl_ring_claim(m, 1, 0, &slot, &st) == FL_ETIMEOUT);
+    assert(fl_ring_claim(m, 2, 0, &slot, &st) == FL_OK && slot == 0);
+    /* rows: at most count */
+    assert(fl_ring_set_rows(m, 0, 6) == FL_ERANGE);
+    assert(fl_ring_set_rows(m, 0, 3) == FL_OK);
+    assert(fl_ring_set_result(m, 0, FL_SLOT_F_ENDED, 0) == FL_OK);
+    assert(fl_ring_slot_info(m, 0, &info) == FL_OK && info.rows == 3 && info.count == 5);
+    assert(info.flags == FL_SLOT_F_ENDED);
+    /* worker 2 dies: the slot is re-queued for worker 2 again, its result forgotten */
+    uint32_t cnt;
+    assert(fl_ring_reclaim(m, 2, &cnt) == FL_OK && cnt == 1);
+    assert(fl_ring_slot_info(m, 0, &info) == FL_OK && info.target == 2);
+    assert(info.rows == 5 && info.flags == 0 && ST(info.state) == FL_SLOT_QUEUED);
+    assert(fl_ring_claim(m, 3, 0, &slot, &st) == FL_ETIMEOUT);
+    assert(fl_ring_claim(m, 2, 0, &slot, &st) == FL_OK && slot == 0);
+    assert(fl_ring_set_rows(m, 0, 0) == FL_OK);
+    assert(fl_ring_publish(m, 0, st, 1) == FL_OK);
+    assert(fl_ring_slot_info(m, 0, &info) == FL_OK && info.rows == 0);
+    /* release + plain queue: any worker again */
+    assert(fl_ring_release(m, 0) == FL_OK);
+    assert(fl_ring_queue(m, 0, 12, 1, 4) == FL_OK);
+    assert(fl_ring_slot_info(m, 0, &info) == FL_OK && info.target == FL_TARGET_ANY);
+    assert(info.rows == 4);
+    assert(fl_ring_claim(m, 3, 0, &slot, &st) == FL_OK && slot == 0);
+    /* arguments */
+    assert(fl_ring_queue_to(m, 2, 13, 0, 1, FL_MAX_WORKERS) == FL_EINVAL);
+    assert(fl_ring_queue_to(m, 4, 13, 0, 1, 0) == FL_EINVAL);
+    assert(fl_ring_set_rows(m, 4, 0) == FL_EINVAL);
+    assert(fl_ring_set_rows(NULL, 0, 0) == FL_EINVAL);
+    ring_free(&r);
+}
+
 int main(int argc, char **argv) {
     static const fl_test_case tests[] = {
         FL_TEST(test_nbytes),
@@ -1581,6 +1627,7 @@ int main(int argc, char **argv) {
         FL_TEST(test_release_states),
         FL_TEST(test_slot_bounds),
         FL_TEST(test_progress_result_info),
+        FL_TEST(test_targeted_queue_and_rows),
         FL_TEST(test_stats_balance),
         FL_TEST(test_strerror),
         FL_TEST(test_stop_wakes_sleeping_claim),

@@ -31,12 +31,20 @@ become lists; strings become lists of str). What differs:
 * The index sampler (``batch_sampler``) is iterated at ``iter()`` rather than lazily at the
   first ``next()``; its draws from the generator come in the same order as torch's.
 
-Not supported: ``IterableDataset``, ``in_order=False`` and ``pin_memory_device`` (accepted and
-ignored with torch's warning), tensors NumPy cannot represent (``bfloat16``, sparse, quantized).
+* An ``IterableDataset`` is iterated by every worker, its own replica (``get_worker_info()``
+  says which worker it is in), batches of ``batch_size`` per worker, round-robin over the
+  workers as torch orders them; ``len()`` and its warning are torch's. Unlike torch, a sample
+  that raises loses the rest of its batch's samples (as a map-style batch does), and a worker
+  that dies can be restarted (``on_worker_death`` of fastload.Loader is not exposed here:
+  torch's behaviour, an error, is kept).
+
+Not supported: ``in_order=False`` and ``pin_memory_device`` (accepted and ignored with torch's
+warning), tensors NumPy cannot represent (``bfloat16``, sparse, quantized).
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing as _mp
 import warnings
 from typing import Any, Generic, TypeVar
@@ -53,6 +61,7 @@ try:
     )
     from torch.utils.data import DataLoader as TorchDataLoader
     from torch.utils.data import default_collate as _default_collate
+    from torch.utils.data.dataloader import _InfiniteConstantSampler
 except ImportError as _e:  # pragma: no cover - exercised only without torch
     raise ImportError(
         "fastload.compat.torch needs PyTorch: pip install torch (fastload itself does not)"
@@ -159,6 +168,19 @@ class _TorchDataset:
         return _tensors_out(s) if self.unstacked else _to_numpy(s)
 
 
+class _TorchIterable:
+    """A torch IterableDataset in the workers (a plain iterable for fastload: NOTE [iterable
+    datasets] in fastload/_iterable.py): its samples, converted as _TorchDataset's are."""
+
+    def __init__(self, dataset: Any, unstacked: bool = False) -> None:
+        self.dataset = dataset
+        self.unstacked = unstacked
+
+    def __iter__(self) -> Any:
+        out = _tensors_out if self.unstacked else _to_numpy
+        return (out(s) for s in self.dataset)
+
+
 class _TorchDatasetGetitems(_TorchDataset):
     """As torch's fetcher does, use the dataset's ``__getitems__`` when it has one."""
 
@@ -187,7 +209,7 @@ class _WorkerInit:
         np.random.seed(tworker._generate_state(self.base_seed, worker_id))
         info = fastload.get_worker_info()
         ds = info.dataset if info is not None else None
-        if isinstance(ds, _TorchDataset):
+        if isinstance(ds, (_TorchDataset, _TorchIterable)):
             ds = ds.dataset
         tworker._worker_info = tworker.WorkerInfo(
             id=worker_id, num_workers=self.num_workers, seed=seed, dataset=ds
@@ -262,11 +284,23 @@ class DataLoader(Generic[_T_co]):
             raise ValueError("prefetch_factor option should be non-negative")
         if persistent_workers and num_workers == 0:
             raise ValueError("persistent_workers option needs num_workers > 0")
-        if isinstance(dataset, IterableDataset):
-            raise NotImplementedError(
-                "fastload.compat.torch.DataLoader supports map-style datasets only; use "
-                "torch.utils.data.DataLoader for an IterableDataset"
-            )
+        iterable = isinstance(dataset, IterableDataset)
+        if iterable:  # torch's checks (NOTE [ Custom Samplers and IterableDataset ] there)
+            if shuffle not in {False, None}:
+                raise ValueError(
+                    "DataLoader with IterableDataset: expected unspecified shuffle option, but "
+                    f"got shuffle={shuffle}"
+                )
+            if sampler is not None:
+                raise ValueError(
+                    "DataLoader with IterableDataset: expected unspecified sampler option, but "
+                    f"got sampler={sampler}"
+                )
+            elif batch_sampler is not None:
+                raise ValueError(
+                    "DataLoader with IterableDataset: expected unspecified "
+                    f"batch_sampler option, but got batch_sampler={batch_sampler}"
+                )
         shuffle = bool(shuffle)
         if sampler is not None and shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
@@ -311,7 +345,9 @@ class DataLoader(Generic[_T_co]):
                     f"num_workers={num_workers}"
                 )
         if sampler is None:
-            if shuffle:
+            if iterable:
+                sampler = _InfiniteConstantSampler()
+            elif shuffle:
                 sampler = RandomSampler(dataset, generator=generator)
             else:
                 sampler = SequentialSampler(dataset)
@@ -338,6 +374,8 @@ class DataLoader(Generic[_T_co]):
         self._max_held = max_held
         self._copy = copy
         self._plans: dict[int, list[Any]] = {}
+        self._iterable = iterable
+        self._IterableDataset_len_called: int | None = None  # torch's name: see __len__
         self._base_seed: int | None = None
         self._initialized = True
         # torch's own check (a warning when num_workers exceeds the CPUs this process may use)
@@ -356,6 +394,12 @@ class DataLoader(Generic[_T_co]):
         return self.batch_sampler if self._auto_collation else self.sampler
 
     def __len__(self) -> int:
+        if self._iterable:  # as torch: from len(dataset), remembered for the warning in next()
+            length = self._IterableDataset_len_called = len(self.dataset)
+            if self.batch_size is not None:
+                length = (length // self.batch_size if self.drop_last
+                          else math.ceil(length / self.batch_size))
+            return length
         return len(self._index_sampler)
 
     @property
@@ -367,7 +411,13 @@ class DataLoader(Generic[_T_co]):
     def _make_loader(self, max_batch: int, base_seed: int) -> Loader:
         getitems = hasattr(self.dataset, "__getitems__")
         unstacked = self._unstacked
-        wrapped = (_TorchDatasetGetitems if getitems else _TorchDataset)(self.dataset, unstacked)
+        wrapped: Any
+        if self._iterable:
+            wrapped = _TorchIterable(self.dataset, unstacked)
+        else:
+            wrapped = (_TorchDatasetGetitems if getitems else _TorchDataset)(self.dataset,
+                                                                            unstacked)
+        plan: Any = {} if self._iterable else {"batch_plan": self._plans.pop}
         return Loader(
             wrapped,
             max(1, max_batch),
@@ -381,8 +431,9 @@ class DataLoader(Generic[_T_co]):
             max_held=self._max_held,
             copy=self._copy,
             seed=base_seed % (2**63),
-            batch_plan=self._plans.pop,  # no reference back to self
+            drop_last=self.drop_last if self._iterable else False,
             stack=not unstacked,
+            **plan,  # a map-style dataset's batches: no reference back to self
         )
 
     def __iter__(self) -> Any:
@@ -406,6 +457,11 @@ class DataLoader(Generic[_T_co]):
             seed = int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
             if self._base_seed is None:
                 self._base_seed = seed
+        if self._iterable:  # NOTE [iterable datasets] in fastload/_iterable.py
+            if self._loader is None:
+                self._loader = self._make_loader(self.batch_size or 1, self._base_seed)
+                self._loader_unstacked = self._unstacked
+            return _BatchIter(self, iter(self._loader), pin, None)
         if self._auto_collation:
             plan = [list(b) for b in self.batch_sampler]
         else:
@@ -467,20 +523,37 @@ class _BatchIter:
     its first exception), a batch whose samples raised is reported and the next ``next()`` goes
     on with the next batch (NOTE [errors do not end the epoch] in fastload/_engine.py)."""
 
-    def __init__(self, dl: DataLoader[Any], it: Any, pin: bool, nbatches: int) -> None:
+    def __init__(self, dl: DataLoader[Any], it: Any, pin: bool, nbatches: int | None) -> None:
         self.dl, self.it, self.pin, self.nbatches, self.done = dl, it, pin, nbatches, 0
         self.collate, self.auto = dl.collate_fn, dl._auto_collation
+        self.len_called = dl._IterableDataset_len_called  # an IterableDataset's (torch)
+        self.yielded = 0
 
     def __iter__(self) -> _BatchIter:
         return self
 
     def __len__(self) -> int:
-        return self.nbatches
+        return self.nbatches if self.nbatches is not None else len(self.dl)
 
     def __next__(self) -> Any:
-        if self.done >= self.nbatches:  # the plan's batches
+        if self.nbatches is not None and self.done >= self.nbatches:  # the plan's batches
             raise StopIteration
         self.done += 1
+        out = self._next()
+        self.yielded += 1
+        if self.len_called is not None and self.yielded > self.len_called:
+            msg = (f"Length of IterableDataset {self.dl.dataset} was reported to be "
+                   f"{self.len_called}(when accessing len(dataloader)), but {self.yielded} samples "
+                   "have been fetched. ")
+            if self.dl.num_workers > 0:
+                msg += ("For multiprocessing data-loading, this could be caused by not properly "
+                        "configuring the IterableDataset replica at each worker. Please see "
+                        "https://pytorch.org/docs/stable/data.html#torch.utils.data.IterableDataset"
+                        " for examples.")
+            warnings.warn(msg, stacklevel=2)
+        return out
+
+    def _next(self) -> Any:
         collate = self.collate
         try:
             batch = next(self.it)

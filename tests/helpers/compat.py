@@ -181,3 +181,31 @@ class PathsDS:
 
     def __getitem__(self, i: int):
         return np.array([i, len(self.paths[i])], np.int64), type(self.paths).__name__
+
+
+class TorchStream(torch.utils.data.IterableDataset):
+    """Worker k (torch's get_worker_info) yields lengths[k] samples tensor([k, j]); with
+    ``length``, a __len__ that says so."""
+
+    def __init__(self, lengths: list[int], length: int | None = None) -> None:
+        self.lengths, self.length = lengths, length
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        k = info.id if info is not None else 0
+        return iter([torch.tensor([k, j]) for j in range(self.lengths[k])])
+
+    def __len__(self) -> int:
+        if self.length is None:
+            raise TypeError("no len")
+        return self.length
+
+
+class TouchInit:
+    """A worker_init_fn that leaves a file named by the worker id in ``where``."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def __call__(self, worker_id: int) -> None:
+        open(os.path.join(self.where, str(worker_id)), "w").close()
