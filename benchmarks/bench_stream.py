@@ -12,6 +12,10 @@ them after the first pass: the loaders' own costs are what is measured). Batch 2
 * ``fastload-stream``: ``fastload.Loader`` over a ``ShardedStream`` whose ``iter_shard`` yields
   ``(row, label)`` from the memory maps, as a user would write it.
 * ``fastload-npy``: ``fastload.NpyShards`` (rows gathered with one take per shard and batch).
+* ``fastload-iterable``: ``fastload.Loader`` over a plain iterable (``__iter__`` only) that
+  splits the shards by ``fastload.get_worker_info()``, the code a torch user brings along.
+* ``compat-torch``: ``fastload.compat.torch.DataLoader`` over the same torch ``IterableDataset``
+  as ``torch`` below (the drop-in, default collate to tensors).
 * ``torch``: ``torch.utils.data.DataLoader(IterableDataset, batch_size, num_workers=W,
   persistent_workers=True)``, the dataset yielding the same ``(row, label)`` pairs of the shards
   ``k`` with ``k % num_workers == worker id``; default collate.
@@ -42,7 +46,7 @@ import _common  # noqa: E402  (makes fastload importable from a checkout)
 
 import fastload  # noqa: E402
 
-LOADERS = ["fastload-stream", "fastload-npy", "torch", "single"]
+LOADERS = ["fastload-stream", "fastload-npy", "fastload-iterable", "compat-torch", "torch", "single"]
 BATCH = 256
 DIM = 256
 
@@ -80,6 +84,19 @@ class UserStream(fastload.ShardedStream):
         return rows_of(self.xs[k], self.ys[k], start)
 
 
+class UserIterable:
+    """A plain iterable dataset: each worker reads the shards ``k % num_workers == id``."""
+
+    def __init__(self, xs: list[str], ys: list[str]) -> None:
+        self.xs, self.ys = xs, ys
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        info = fastload.get_worker_info()
+        wid, nw = (0, 1) if info is None else (info.id, info.num_workers)
+        for k in range(wid, len(self.xs), nw):
+            yield from rows_of(self.xs[k], self.ys[k])
+
+
 def _torch_dataset(xs: list[str], ys: list[str]) -> Any:
     import torch
 
@@ -100,17 +117,26 @@ def run_case(loader: str, folder: str, shards: int, rows: int, workers: int,
     t0 = time.perf_counter()
     close: Any = lambda: None  # noqa: E731
     if loader.startswith("fastload"):
-        ds = UserStream(xs, ys) if loader == "fastload-stream" else fastload.NpyShards(xs, ys)
+        ds = {"fastload-stream": lambda: UserStream(xs, ys),
+              "fastload-npy": lambda: fastload.NpyShards(xs, ys),
+              "fastload-iterable": lambda: UserIterable(xs, ys)}[loader]()
         fl = fastload.Loader(ds, BATCH, num_workers=workers)
         close = fl.close
 
         def epoch() -> int:
             return sum(len(y) for _, y in fl)
-    elif loader == "torch":
+    elif loader in ("torch", "compat-torch"):
         import torch
 
-        tl = torch.utils.data.DataLoader(_torch_dataset(xs, ys), BATCH, num_workers=workers,
-                                         persistent_workers=True)
+        if loader == "torch":
+            tl = torch.utils.data.DataLoader(_torch_dataset(xs, ys), BATCH, num_workers=workers,
+                                             persistent_workers=True)
+        else:
+            from fastload.compat.torch import DataLoader
+
+            tl = DataLoader(_torch_dataset(xs, ys), BATCH, num_workers=workers,
+                            persistent_workers=True)
+            close = tl.close
 
         def epoch() -> int:
             return sum(len(y) for _, y in tl)
@@ -150,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch  # noqa: F401
         loaders = LOADERS
     except ImportError:
-        loaders = [x for x in LOADERS if x != "torch"]
+        loaders = [x for x in LOADERS if "torch" not in x]
     results: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="fastload-bench-stream-") as folder:
         write_shards(folder, args.shards, args.rows)

@@ -53,6 +53,52 @@ class _EpochIterator(Iterator[Any]):
         return plan.nbatches if plan.batch_plan is not None else plan.user_len(self.epoch)
 
 
+# Keyword arguments of the loaders users come from, and what fastload.Loader takes instead.
+_FOREIGN = {
+    "worker_init_fn": "use worker_init= (called as worker_init(worker_id))",
+    "persistent_workers": "drop it: fastload's workers always persist across epochs",
+    "prefetch_factor": "use prefetch= (batches in flight per worker)",
+    "collate_fn": "drop it: fastload stacks samples itself (ragged= or stack=False for samples "
+                  "that do not stack); for a collate_fn use fastload.compat.torch.DataLoader",
+    "sampler": "use batch_plan= (a callable epoch -> batches of indices), or "
+               "fastload.compat.torch.DataLoader, which takes torch samplers",
+    "batch_sampler": "use batch_plan= (a callable epoch -> batches of indices), or "
+                     "fastload.compat.torch.DataLoader, which takes torch samplers",
+    "generator": "use seed= (the order depends only on seed and epoch)",
+    "multiprocessing_context": "use start_method= ('fork', 'forkserver' or 'spawn')",
+    "pin_memory": "drop it: batches are NumPy arrays in shared memory "
+                  "(fastload.compat.torch.DataLoader takes pin_memory)",
+    "in_order": "drop it: batches always come in the plan's order",
+    "n_processes": "use num_workers=",
+    "n_prefetch": "use prefetch=",
+    "shared_mem": "drop it: slots are sized from the first samples and grow as needed",
+    "dataset_timeout": "use timeout=",
+    "repeat": "drop it: every iter(loader) is one epoch",
+    "order_sampler": "use batch_plan= (a callable epoch -> batches of indices), or "
+                     "fastload.compat.chainer.MultiprocessIterator",
+}
+
+
+def _unknown_arguments(unknown: Mapping[str, Any]) -> str:
+    """The TypeError text for keyword arguments Loader does not take, with what to use."""
+    import difflib
+    import inspect
+
+    known = [p for p in inspect.signature(Loader.__init__).parameters
+             if p not in ("self", "dataset", "unknown")]
+    lines = []
+    for name in unknown:
+        if name in _FOREIGN:
+            hint = _FOREIGN[name]
+        else:
+            near = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {near[0]}=?" if near else "see help(fastload.Loader)"
+        lines.append(f"{name!r}: {hint}")
+    if len(lines) == 1:
+        return f"Loader() got an unexpected keyword argument {lines[0]}"
+    return "Loader() got unexpected keyword arguments:\n  " + "\n  ".join(lines)
+
+
 class Loader:
     """Batches of NumPy arrays from a dataset, loaded by persistent worker processes.
 
@@ -195,8 +241,11 @@ class Loader:
         stack: bool = True,
         share_dataset: bool = True,
         shuffle_buffer: int | None = None,
+        **unknown: Any,
     ) -> None:
         self._engine: Engine | None = None
+        if unknown:
+            raise TypeError(_unknown_arguments(unknown))
         if isinstance(dataset, ShardedStream):
             if batch_plan is not None:
                 raise ValueError("batch_plan cannot drive a ShardedStream: fastload plans the "

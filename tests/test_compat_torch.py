@@ -449,8 +449,12 @@ def test_too_many_workers_warns_as_torch_does(monkeypatch):
     with pytest.warns(UserWarning, match="suggested max number of worker in current system is 1"):
         TorchDataLoader(ArrayDS(), num_workers=3)
     with pytest.warns(UserWarning, match="suggested max number of worker in current system is 1"):
-        with DataLoader(ArrayDS(), num_workers=3):
-            pass
+        dl, ref = DataLoader(ArrayDS(), num_workers=3), TorchDataLoader(ArrayDS(), num_workers=3)
+    with dl:  # torch warns again at every iter() (its _get_iterator checks too)
+        for loader in (ref, dl):
+            with pytest.warns(UserWarning, match="will create 3 worker processes in total"):
+                it = iter(loader)
+            del it
 
 
 # -- IterableDataset ---------------------------------------------------------------------------

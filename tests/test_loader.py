@@ -120,6 +120,29 @@ def test_dataset_without_len_is_type_error(ds):
         fastload.Loader(ds, 2, num_workers=0)
 
 
+@pytest.mark.parametrize(("kw", "says"), [
+    ({"worker_init_fn": print}, "'worker_init_fn': use worker_init="),
+    ({"prefetch_factor": 4}, "'prefetch_factor': use prefetch="),
+    ({"persistent_workers": True}, "always persist"),
+    ({"collate_fn": list}, "fastload.compat.torch.DataLoader"),
+    ({"n_processes": 2}, "'n_processes': use num_workers="),
+    ({"num_worker": 2}, "did you mean num_workers=?"),
+    ({"shufle": True}, "did you mean shuffle=?"),
+])
+def test_foreign_keyword_arguments_name_what_to_use(kw, says):
+    # torch's and Chainer's argument names are the first thing a migrating user types
+    with pytest.raises(TypeError, match="unexpected keyword argument") as info:
+        fastload.Loader(Range(8), 2, num_workers=0, **kw)
+    assert says in str(info.value)
+
+
+def test_several_foreign_keyword_arguments_are_all_named():
+    with pytest.raises(TypeError) as info:
+        fastload.Loader(Range(8), 2, worker_init_fn=print, prefetch_factor=2, zzz=1)
+    text = str(info.value)
+    assert "'worker_init_fn'" in text and "'prefetch_factor'" in text and "'zzz'" in text
+
+
 @pytest.mark.parametrize("method", ["thread", "FORK", "", "posix_spawn", 1])
 def test_bad_start_method(method):
     with pytest.raises(ValueError):
