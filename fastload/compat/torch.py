@@ -439,7 +439,7 @@ class DataLoader(Generic[_T_co]):
     def __iter__(self) -> Any:
         # torch's own check and warning (too many workers for the CPUs this process may use),
         # at the same point of iter() as torch's _get_iterator; it reads num_workers only
-        torch.utils.data.DataLoader.check_worker_number_rationality(self)  # type: ignore[arg-type]
+        torch.utils.data.DataLoader.check_worker_number_rationality(self)
         if self.pin_memory and self.pin_memory_device:
             warnings.warn(
                 "pin_memory_device is deprecated, the current accelerator will be used as the "
