@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ._messages import Death
-from ._pool import exit_code_name
+from ._pool import EXIT_UNGUARDED_MAIN, exit_code_name, unguarded_main_text
 from .errors import WorkerDied
 
 __all__ = ["Death", "DeathPolicy", "Verdict", "MAX_KILLS_PER_SAMPLE"]
@@ -64,7 +64,9 @@ class DeathPolicy:
             for index in mine:
                 self.kills[index] = self.kills.get(index, 0) + 1
             any_lost = any_lost or bool(mine)
-            if not mine and not d.started:  # a worker that dies idle after it started is not
+            if d.exitcode == EXIT_UNGUARDED_MAIN and not d.started:  # NOTE [unguarded main]
+                startup_failure = unguarded_main_text()
+            elif not mine and not d.started:  # a worker that dies idle after it started is not
                 n_idle = self.idle_deaths[d.worker] = self.idle_deaths.get(d.worker, 0) + 1
                 if n_idle >= MAX_KILLS_PER_SAMPLE:
                     # Dying without ever holding a batch, again and again: a start-up failure

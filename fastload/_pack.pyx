@@ -54,6 +54,12 @@ cdef inline bint _needs_swap(adt, dt, str path) except -1:
     return True
 
 
+# Appended to the errors of a sample whose structure differs from the first sample's.
+_STRUCTURE_HINT = ("; if the structure varies from sample to sample, load batches as lists "
+                   "of samples: fastload.Loader(..., stack=False), or a collate_fn with "
+                   "fastload.compat.torch.DataLoader")
+
+
 def _describe(value):
     if isinstance(value, np.ndarray):
         return f"array(dtype={value.dtype}, shape={value.shape})"
@@ -282,11 +288,11 @@ cdef class Packer:
             if not isinstance(value, expected_type):
                 raise LayoutMismatchError(
                     f"{node[1]}: expected a {expected_type.__name__} (as in the first sample), "
-                    f"got {_describe(value)}")
+                    f"got {_describe(value)}{_STRUCTURE_HINT}")
             if len(value) != n:
                 raise LayoutMismatchError(
                     f"{node[1]}: expected a {expected_type.__name__} of length {n} (as in the "
-                    f"first sample), got length {len(value)}")
+                    f"first sample), got length {len(value)}{_STRUCTURE_HINT}")
             for i in range(n):
                 self._walk(<tuple>children[i], value[i], slot_base, row, objects, nrows)
             return 0
@@ -294,13 +300,14 @@ cdef class Packer:
         keys = node[3]
         if not isinstance(value, dict):
             raise LayoutMismatchError(
-                f"{node[1]}: expected a dict (as in the first sample), got {_describe(value)}")
+                f"{node[1]}: expected a dict (as in the first sample), got {_describe(value)}"
+                f"{_STRUCTURE_HINT}")
         if len(value) != n:
             missing = [k for k in keys if k not in value]
             extra = [k for k in value if k not in keys]
             raise LayoutMismatchError(
                 f"{node[1]}: dict keys differ from the first sample's: missing {missing}, "
-                f"unexpected {extra}")
+                f"unexpected {extra}{_STRUCTURE_HINT}")
         cdef PyObject *got
         for i in range(n):
             k = keys[i]
@@ -312,7 +319,7 @@ cdef class Packer:
                 extra = [k for k in value if k not in keys]
                 raise LayoutMismatchError(
                     f"{node[1]}: dict keys differ from the first sample's: missing {missing}, "
-                    f"unexpected {extra}") from None
+                    f"unexpected {extra}{_STRUCTURE_HINT}") from None
             self._walk(<tuple>children[i], <object>got, slot_base, row, objects, nrows)
         return 0
 

@@ -44,6 +44,48 @@ _PAGE = 4096
 _THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+#: Exit code of a fastload worker whose start re-ran a main module that builds a Loader or Pool
+#: at import time (NOTE [unguarded main]).
+EXIT_UNGUARDED_MAIN = 87
+
+
+def unguarded_main_text() -> str:
+    """What to tell a user whose script builds loaders outside ``if __name__ == "__main__":``."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    where = f" ({main})" if main else ""
+    return (
+        "fastload's workers could not start: a worker started with 'spawn' or 'forkserver' "
+        f"imports your main module{where} again, and that module creates a fastload Loader or "
+        "Pool when it is imported. Put the code that creates and iterates loaders under "
+        "`if __name__ == \"__main__\":` (see 'Start methods' in README.md), or pass "
+        "start_method='fork' (Linux)."
+    )
+
+
+def refuse_unguarded_main() -> None:
+    """NOTE [unguarded main]
+    Under spawn and forkserver a worker re-imports the user's main module before it runs
+    anything of ours (multiprocessing's ``_inheriting`` is set meanwhile). A script without a
+    ``__main__`` guard then builds a Loader inside its own worker, whose start fails with
+    multiprocessing's 60-line RuntimeError, once per worker and restart. Here, in a fastload
+    worker, that import ends the worker at once, silently, with EXIT_UNGUARDED_MAIN; the parent
+    raises one WorkerDied with this advice, and does not restart it again and again (see
+    fastload/_deaths.py). In any other bootstrapping process (another library's worker), the
+    same advice as a RuntimeError."""
+    proc = mp.current_process()
+    if not getattr(proc, "_inheriting", False):
+        return
+    if proc.name.startswith("fastload-worker-"):
+        # os._exit: forkserver's child loop turns a SystemExit into exit code 1
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os._exit(EXIT_UNGUARDED_MAIN)
+    raise RuntimeError(unguarded_main_text())
+
+
 def exit_code_name(code: int | None) -> str:
     """``-11`` -> ``SIGSEGV(-11)``, ``3`` -> ``EXIT(3)`` (loky's _get_exitcode_name)."""
     if code is None:
@@ -109,6 +151,7 @@ class WorkerPool:
     """
 
     def __init__(self, config: PoolConfig, first: tuple[int, Any] | None = None) -> None:
+        refuse_unguarded_main()
         num_workers, worker_init, seed = config.num_workers, config.worker_init, config.seed
         method = config.start_method or default_start_method()
         if method not in mp.get_all_start_methods():

@@ -127,3 +127,54 @@ def test_example_runs(script: Path, tmp_path: Path) -> None:
     # torch_training.py must also exit 0 without PyTorch (it says it skips).
     proc = _run_script(script, tmp_path)
     assert proc.returncode == 0, f"examples/{script.name} failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+def _readme_quickstart() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Quickstart"):]
+    m = _FENCE.search(section)
+    assert m is not None, "README.md's Quickstart has no ```python block"
+    return m.group(1)
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 30)
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_readme_quickstart_runs_under_every_start_method(method: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    if not (ROOT / "README.md").is_file():
+        pytest.skip("README.md is not next to the tests")
+    script = tmp_path / "quickstart.py"
+    script.write_text(_readme_quickstart() + "\nprint('quickstart done')\n", encoding="utf-8")
+    monkeypatch.setenv("FASTLOAD_START_METHOD", method)
+    proc = _run_script(script, tmp_path)
+    assert proc.returncode == 0, f"README quickstart under {method} failed:\n{proc.stderr}"
+    assert "quickstart done" in proc.stdout
+
+
+UNGUARDED = """\
+import numpy as np
+import fastload
+
+print("module body ran")
+loader = fastload.Loader(np.arange(100, dtype=np.float32), 10, num_workers=2, timeout=60)
+print(sum(len(b) for b in loader))
+"""
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 30)
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_a_script_without_a_main_guard_gets_one_short_error(method: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # NOTE [unguarded main] in fastload/_pool.py: without it, every worker start (and restart)
+    # printed multiprocessing's 60-line RuntimeError before a WorkerDied about "start-up".
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED, encoding="utf-8")
+    monkeypatch.setenv("FASTLOAD_START_METHOD", method)
+    proc = _run_script(script, tmp_path)
+    assert proc.returncode == 1
+    err = proc.stderr
+    assert err.count("Traceback") == 1, err
+    assert len(err.splitlines()) < 40, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("fastload.errors.WorkerDied: ") and '__name__ == "__main__"' in last
+    assert str(script) in last and "RuntimeError" not in err

@@ -136,6 +136,13 @@ def test_foreign_keyword_arguments_name_what_to_use(kw, says):
     assert says in str(info.value)
 
 
+@pytest.mark.parametrize("nw", [0, 2])
+def test_a_structure_mismatch_says_how_to_load_varying_samples(nw):
+    with pytest.raises(fastload.LayoutMismatchError, match="dict keys differ") as info:
+        list(fastload.Loader([{"a": 1}, {"b": 2}], 2, num_workers=nw))
+    assert "stack=False" in str(info.value) and "sample index 1" in str(info.value)
+
+
 def test_several_foreign_keyword_arguments_are_all_named():
     with pytest.raises(TypeError) as info:
         fastload.Loader(Range(8), 2, worker_init_fn=print, prefetch_factor=2, zzz=1)
