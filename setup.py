@@ -42,6 +42,14 @@ if sanitize:
     compile_args += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
     link_args += ["-fsanitize=address,undefined"]
 
+# What `python -m fastload info` reports as the build (fastload._ring.BUILD_FLAGS).
+_build_words = [w for w, on in (("FASTLOAD_DEBUG_BUILD=1", debug),
+                                ("FASTLOAD_PORTABLE=1", portable),
+                                ("FASTLOAD_SANITIZE=1", sanitize)) if on] or ["release"]
+_build_flags = " ".join(_build_words + compile_args
+                        + ([f"CFLAGS={os.environ['CFLAGS']}"] if os.environ.get("CFLAGS") else []))
+macros.append(("FL_BUILD_FLAGS", '"' + _build_flags.replace("\\", "/").replace('"', "'") + '"'))
+
 C_SOURCES = ["csrc/fl_ring.c", "csrc/fl_bell.c", "csrc/fl_wait.c", "csrc/fl_pack.c", "csrc/fl_status.c"]
 
 

@@ -27,6 +27,78 @@ def _pdeathsig() -> str:
     return "yes"
 
 
+def _installed() -> str:
+    """Where fastload is imported from, from which distribution, and whether it is editable."""
+    import json
+    import os
+    from importlib import metadata
+
+    import fastload
+
+    where = os.path.dirname(os.path.abspath(fastload.__file__ or "?"))
+    try:
+        dist = metadata.distribution("fastload-numpy")
+    except metadata.PackageNotFoundError:
+        return f"{where} (no installed distribution: imported from a source tree)"
+    kind = "installed"
+    if os.path.abspath(str(dist.locate_file(""))) == os.path.dirname(where):
+        kind = "its source tree's metadata: run from the repository root"
+    try:
+        direct = json.loads(dist.read_text("direct_url.json") or "{}")
+        if direct.get("dir_info", {}).get("editable"):
+            kind = "editable install of " + direct.get("url", "?").removeprefix("file://")
+    except (ValueError, OSError):
+        pass
+    return f"{where} ({dist.metadata['Name']} {dist.version}, {kind})"
+
+
+def _version_of(*names: str) -> str:
+    """The installed version of the first of ``names`` (distribution names) that is present,
+    without importing it."""
+    from importlib import metadata
+
+    for name in names:
+        try:
+            return metadata.version(name) + ("" if name == names[0] else f" ({name})")
+        except metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _cgroup_limits() -> tuple[str, str]:
+    """This process's cgroup memory and CPU limits (v2, else v1), as text."""
+    mem = _read("/sys/fs/cgroup/memory.max")
+    if mem is None:
+        mem = _read("/sys/fs/cgroup/memory/memory.limit_in_bytes")
+    if mem is None:
+        mem_text = "unknown (no cgroup memory controller readable)"
+    elif not mem.isdigit() or int(mem) >= 1 << 60:
+        mem_text = "none"
+    else:
+        mem_text = f"{int(mem) / 2**20:,.0f} MiB"
+    cpu = _read("/sys/fs/cgroup/cpu.max")  # "max 100000" or "200000 100000"
+    if cpu is not None:
+        quota, _, period = cpu.partition(" ")
+    else:
+        quota = _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") or ""
+        period = _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us") or ""
+    if quota.lstrip("-").isdigit() and period.isdigit() and int(quota) > 0 and int(period) > 0:
+        cpu_text = f"{int(quota) / int(period):g} CPUs ({quota}/{period} us)"
+    elif quota or cpu is not None:
+        cpu_text = "none"
+    else:
+        cpu_text = "unknown (no cgroup cpu controller readable)"
+    return mem_text, cpu_text
+
+
 def _info() -> int:
     """Versions and platform features, one per line, for bug reports."""
     import multiprocessing as mp
@@ -48,13 +120,13 @@ def _info() -> int:
         f"shared layout version {_ring.LAYOUT_VERSION}")
     row("python", f"{platform.python_version()} ({platform.python_implementation()}) on "
         f"{platform.platform()}")
+    row("installed at", _installed())
+    row("build", f"{_ring.BUILD_FLAGS}; {_ring.COMPILER_VERSION}; Cython {_ring.CYTHON_VERSION}")
     row("numpy", np.__version__)
-    try:
-        import torch
-
-        row("torch", torch.__version__)
-    except ImportError:
-        row("torch", "not installed")
+    for name, dists in (("torch", ("torch",)), ("chainer", ("chainer",)),
+                        ("accelerate", ("accelerate",)),
+                        ("lightning", ("lightning", "pytorch-lightning"))):
+        row(name, _version_of(*dists))
     memfd = hasattr(os, "memfd_create")
     row("memfd_create", "yes (regions are anonymous memfds)" if memfd
         else "no (regions are unlinked temporary files)")
@@ -76,6 +148,9 @@ def _info() -> int:
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     row("cpu count", f"{os.cpu_count()}" + (f" ({usable} usable by this process)"
                                             if usable is not None else ""))
+    mem_limit, cpu_limit = _cgroup_limits()
+    row("cgroup memory", mem_limit)
+    row("cgroup cpu", cpu_limit)
     return 0
 
 

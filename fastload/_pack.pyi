@@ -1,9 +1,9 @@
 """Type stubs for the compiled packer (fastload/_pack.pyx); checked by mypy.stubtest."""
 
 import sys
-from typing import Any
+from typing import Any, Self
 
-from typing_extensions import Self, disjoint_base
+from typing_extensions import disjoint_base
 
 N_TUPLE: int
 N_LIST: int

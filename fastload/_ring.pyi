@@ -1,8 +1,8 @@
 """Type stubs for the compiled ring (fastload/_ring.pyx); checked by mypy.stubtest."""
 
-from typing import Any
+from typing import Any, Self
 
-from typing_extensions import Self, disjoint_base
+from typing_extensions import disjoint_base
 
 FREE: int
 QUEUED: int
@@ -16,6 +16,9 @@ LAYOUT_VERSION: int
 MAX_SLOTS: int
 MAX_WORKERS: int
 HAVE_FUTEX: bool
+BUILD_FLAGS: str
+COMPILER_VERSION: str
+CYTHON_VERSION: str
 STATUS_CODES: dict[str, int]
 
 def strerror(rc: int) -> str: ...

@@ -24,6 +24,36 @@ MAX_WORKERS = FL_MAX_WORKERS
 #: Whether this build waits with futex(2) (else the portable backoff, FASTLOAD_PORTABLE=1).
 HAVE_FUTEX = bool(FL_HAVE_FUTEX)
 
+cdef extern from *:
+    """
+    #define FL_STR_(x) #x
+    #define FL_STR(x) FL_STR_(x)
+    #ifndef FL_BUILD_FLAGS
+    #define FL_BUILD_FLAGS "unknown"
+    #endif
+    #if defined(__clang__)
+    #define FL_COMPILER_VERSION __VERSION__
+    #elif defined(__GNUC__)
+    #define FL_COMPILER_VERSION "gcc " __VERSION__
+    #elif defined(_MSC_VER)
+    #define FL_COMPILER_VERSION "MSVC " FL_STR(_MSC_FULL_VER)
+    #else
+    #define FL_COMPILER_VERSION "unknown"
+    #endif
+    static const unsigned long fl_cython_hex_version = CYTHON_HEX_VERSION;
+    """
+    const char *FL_BUILD_FLAGS
+    const char *FL_COMPILER_VERSION
+    const unsigned long fl_cython_hex_version
+
+#: How this core was built (setup.py's options and compiler flags), for `python -m fastload info`.
+BUILD_FLAGS = FL_BUILD_FLAGS.decode("utf-8", "replace")
+#: The C compiler's own version string (``__VERSION__``), and the Cython that generated the C.
+COMPILER_VERSION = FL_COMPILER_VERSION.decode("utf-8", "replace")
+CYTHON_VERSION = "%d.%d.%d" % ((fl_cython_hex_version >> 24) & 0xFF,
+                               (fl_cython_hex_version >> 16) & 0xFF,
+                               (fl_cython_hex_version >> 8) & 0xFF)
+
 STATUS_CODES = {
     "OK": FL_OK, "ETIMEOUT": FL_ETIMEOUT, "ESTOPPED": FL_ESTOPPED, "ELAYOUT": FL_ELAYOUT,
     "EINVAL": FL_EINVAL, "ESTATE": FL_ESTATE, "ERANGE": FL_ERANGE, "ENOSPACE": FL_ENOSPACE,

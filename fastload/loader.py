@@ -17,7 +17,7 @@ except ImportError as e:  # pragma: no cover - exercised only on broken installs
     raise ImportError(
         f"fastload's compiled core is not importable ({e}). Reinstall with a C compiler and "
         "Python headers available (e.g. apt-get install build-essential python3-dev; then "
-        "pip install --force-reinstall --no-binary fastload fastload)."
+        "pip install --force-reinstall --no-binary fastload-numpy fastload-numpy)."
     ) from e
 
 from ._engine import Engine

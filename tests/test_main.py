@@ -36,3 +36,32 @@ def test_info_names_the_core_and_numpy():
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "compiled core:" in proc.stdout and "numpy:" in proc.stdout
+    rows = {ln.split(":", 1)[0].strip(): ln.split(":", 1)[1].strip()
+            for ln in proc.stdout.splitlines()[1:] if ":" in ln}
+    for name in ("installed at", "build", "torch", "chainer", "accelerate", "lightning",
+                 "cgroup memory", "cgroup cpu"):
+        assert rows.get(name), f"no {name!r} row in:\n{proc.stdout}"
+    import fastload
+    from fastload import _ring
+
+    assert rows["installed at"].startswith(str(__import__("pathlib").Path(fastload.__file__)
+                                               .parent))
+    assert f"Cython {_ring.CYTHON_VERSION}" in rows["build"] and _ring.CYTHON_VERSION[0] == "3"
+
+
+@pytest.mark.parametrize(("files", "mem", "cpu"), [
+    ({"/sys/fs/cgroup/memory.max": "1073741824", "/sys/fs/cgroup/cpu.max": "150000 100000"},
+     "1,024 MiB", "1.5 CPUs (150000/100000 us)"),
+    ({"/sys/fs/cgroup/memory.max": "max", "/sys/fs/cgroup/cpu.max": "max 100000"},
+     "none", "none"),
+    ({"/sys/fs/cgroup/memory/memory.limit_in_bytes": str(2**63 - 4096),
+      "/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "200000",
+      "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000"}, "none", "2 CPUs (200000/100000 us)"),
+    ({}, "unknown (no cgroup memory controller readable)",
+     "unknown (no cgroup cpu controller readable)"),
+])
+def test_info_reads_cgroup_v1_and_v2_limits(monkeypatch, files, mem, cpu):
+    from fastload import __main__ as cli
+
+    monkeypatch.setattr(cli, "_read", files.get)
+    assert cli._cgroup_limits() == (mem, cpu)
