@@ -11,7 +11,8 @@ import numpy as np
 
 from ._ragged import SampleSpec
 
-__all__ = ["PoolConfig", "LoaderConfig", "check_worker_args", "dataset_len", "resolve_shard"]
+__all__ = ["PoolConfig", "LoaderConfig", "check_worker_args", "dataset_len", "resolve_shard",
+           "distributed_world"]
 
 #: Where shard="auto" looks for (rank, world size), in this order.
 _SHARD_ENV = (
@@ -204,6 +205,26 @@ def dataset_len(dataset: Any) -> int:
     if n < 0:
         raise ValueError(f"len(dataset) must be >= 0, got {n}")
     return n
+
+
+def distributed_world() -> tuple[int, str] | None:
+    """``(world size, where it was read)`` when this process is one of several ranks: an
+    initialized ``torch.distributed`` (only if torch is already imported), else the launchers'
+    environment (``_SHARD_ENV``); None for a single process."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            world = int(dist.get_world_size())
+            return (world, "torch.distributed") if world > 1 else None
+    except (RuntimeError, ValueError, AttributeError):
+        pass
+    for _, wk in _SHARD_ENV:
+        value = os.environ.get(wk, "")
+        if value.isdigit():
+            return (int(value), f"{wk}={value}") if int(value) > 1 else None
+    return None
 
 
 def resolve_shard(shard: tuple[int, int] | str | None) -> tuple[int, int]:

@@ -99,6 +99,31 @@ def _unknown_arguments(unknown: Mapping[str, Any]) -> str:
     return "Loader() got unexpected keyword arguments:\n  " + "\n  ".join(lines)
 
 
+def _warn_if_every_rank_gets_everything(engine: Engine) -> None:
+    """NOTE [one rank of many]: a map-style dataset or a ShardedStream iterated by each of
+    several ranks (torchrun, Slurm, MPI, torch.distributed) without ``shard=`` hands every rank
+    the whole epoch: duplicated training data and no error. fastload does not shard on its own
+    (the same script must give the same batches wherever it runs); it warns, once per loader,
+    at the first ``iter()``. A batch plan (its owner samples) and a plain iterable (it splits
+    itself, as under torch) are left alone."""
+    from ._config import distributed_world
+
+    if engine.cfg.batch_plan is not None or engine.plan.iterable:
+        return
+    world = distributed_world()
+    if world is None:
+        return
+    import warnings
+
+    warnings.warn(
+        f"this process is one of {world[0]} ranks ({world[1]}) and this fastload.Loader is not "
+        "sharded: every rank loads the whole dataset each epoch. Pass shard='auto' (each rank "
+        "its own share, equal batch counts) or shard=(rank, world_size); shard=(0, 1) says "
+        "that every rank should see everything and silences this warning",
+        RuntimeWarning, stacklevel=3,
+    )
+
+
 class Loader:
     """Batches of NumPy arrays from a dataset, loaded by persistent worker processes.
 
@@ -244,6 +269,7 @@ class Loader:
         **unknown: Any,
     ) -> None:
         self._engine: Engine | None = None
+        self._world_checked = shard is not None  # NOTE [one rank of many]: said explicitly
         if unknown:
             raise TypeError(_unknown_arguments(unknown))
         if isinstance(dataset, ShardedStream):
@@ -295,6 +321,9 @@ class Loader:
     def __iter__(self) -> _EpochIterator:
         if self._engine is None:
             raise LoaderClosedError("this Loader was not constructed")
+        if not self._world_checked:
+            self._world_checked = True
+            _warn_if_every_rank_gets_everything(self._engine)
         return _EpochIterator(self._engine, self)
 
     def close(self) -> None:

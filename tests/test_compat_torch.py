@@ -518,3 +518,65 @@ def test_an_iterable_datasets_len_and_the_warning_when_it_yields_more():
                      if "Length of" in str(w.message)]
     with pytest.raises(TypeError):
         len(DataLoader(TorchStream([3]), batch_size=1))
+
+
+# -- a real torch DataLoader, and several ranks (NOTE [a real torch DataLoader]) -------------
+def test_is_a_torch_dataloader_with_torchs_attributes():
+    from torch.utils.data.dataloader import _DatasetKind
+
+    with DataLoader(ArrayDS(), batch_size=4, num_workers=2,
+                    multiprocessing_context="fork") as dl:
+        assert isinstance(dl, TorchDataLoader) and issubclass(DataLoader, TorchDataLoader)
+        assert dl._dataset_kind == _DatasetKind.Map and dl._iterator is None
+        assert dl.multiprocessing_context.get_start_method() == "fork"  # torch's property
+        assert dl._auto_collation and not DataLoader(ArrayDS(), batch_size=None)._auto_collation
+        assert len(list(dl)) == len(TorchDataLoader(ArrayDS(), batch_size=4))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("world", [2, 3])
+def test_recreated_with_a_distributed_sampler_each_rank_gets_its_share(world):
+    # What Lightning does to a DataLoader under DDP: type(dl)(**its arguments, sampler=...).
+    dl = DataLoader(ArrayDS(), batch_size=4, num_workers=2)
+    seen = []
+    for rank in range(world):
+        sampler = torch.utils.data.DistributedSampler(dl.dataset, num_replicas=world, rank=rank,
+                                                      shuffle=False)
+        with type(dl)(dl.dataset, batch_size=dl.batch_size, num_workers=dl.num_workers,
+                      sampler=sampler) as mine:
+            ref = list(TorchDataLoader(dl.dataset, batch_size=4, sampler=sampler))
+            got = list(mine)
+            same(got, ref)
+            seen += [tuple(r) for b in got for r in b.tolist()]
+    dl.close()
+    whole = {tuple(ArrayDS()[i].tolist()) for i in range(len(ArrayDS()))}
+    assert set(seen) == whole and len(seen) == -(-len(whole) // world) * world  # torch pads
+
+
+@pytest.mark.timeout(120)
+def test_lightnings_own_recreation_keeps_fastload():
+    pytest.importorskip("lightning", reason="lightning is not installed on this machine")
+    from lightning.fabric.utilities.data import _replace_dunder_methods, _update_dataloader
+
+    with _replace_dunder_methods(TorchDataLoader, "dataset"):
+        dl = DataLoader(ArrayDS(), batch_size=4, num_workers=2)
+    sampler = torch.utils.data.DistributedSampler(dl.dataset, num_replicas=2, rank=1,
+                                                  shuffle=False)
+    new = _update_dataloader(dl, sampler)
+    assert type(new) is DataLoader and new.num_workers == 2
+    same(list(new), list(TorchDataLoader(ArrayDS(), batch_size=4, sampler=sampler)))
+    new.close()
+    dl.close()
+
+
+def test_one_rank_of_several_with_torchs_default_sampler_is_warned(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    dl = DataLoader(ArrayDS(), batch_size=4)  # no warning at construction: Lightning re-creates
+    with pytest.warns(RuntimeWarning, match=r"one of 2 ranks \(WORLD_SIZE=2\).*DistributedSampler"):
+        first = list(dl)
+    assert list(map(len, list(dl))) == list(map(len, first))  # once per loader (error otherwise)
+    sampler = torch.utils.data.DistributedSampler(ArrayDS(), num_replicas=2, rank=0)
+    assert len(list(DataLoader(ArrayDS(), batch_size=4, sampler=sampler))) == 3  # not warned
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    list(DataLoader(ArrayDS(), batch_size=4))  # a single rank: not warned

@@ -143,6 +143,20 @@ def test_a_structure_mismatch_says_how_to_load_varying_samples(nw):
     assert "stack=False" in str(info.value) and "sample index 1" in str(info.value)
 
 
+def test_one_rank_of_several_without_shard_is_warned_once(monkeypatch):
+    # NOTE [one rank of many] in fastload/loader.py
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    loader = fastload.Loader(Range(10), 4, num_workers=0)
+    with pytest.warns(RuntimeWarning, match=r"one of 4 ranks \(SLURM_NTASKS=4\).*shard='auto'"):
+        assert len(list(loader)) == 3
+    assert len(list(loader)) == 3  # once per loader (a second warning would be an error here)
+    assert len(list(fastload.Loader(Range(10), 4, num_workers=0, shard=(0, 1)))) == 3
+    assert len(list(fastload.Loader(Range(10), 4, num_workers=0, shard="auto"))) == 1
+    planned = fastload.Loader(Range(10), 4, num_workers=0, batch_plan=lambda e: [[0, 1]])
+    assert len(list(planned)) == 1  # the plan's owner samples: not warned
+
+
 def test_several_foreign_keyword_arguments_are_all_named():
     with pytest.raises(TypeError) as info:
         fastload.Loader(Range(8), 2, worker_init_fn=print, prefetch_factor=2, zzz=1)

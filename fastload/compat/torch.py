@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 import multiprocessing as _mp
 import warnings
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -61,7 +61,7 @@ try:
     )
     from torch.utils.data import DataLoader as TorchDataLoader
     from torch.utils.data import default_collate as _default_collate
-    from torch.utils.data.dataloader import _InfiniteConstantSampler
+    from torch.utils.data.dataloader import _DatasetKind, _InfiniteConstantSampler
 except ImportError as _e:  # pragma: no cover - exercised only without torch
     raise ImportError(
         "fastload.compat.torch needs PyTorch: pip install torch (fastload itself does not)"
@@ -232,12 +232,23 @@ _T_co = TypeVar("_T_co", covariant=True)
 _FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
 
 
-class DataLoader(Generic[_T_co]):
+class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not type-checked
     """``torch.utils.data.DataLoader`` on fastload (see the module docstring for differences).
 
     Extra keyword arguments ``max_held`` and ``copy`` are passed to :class:`fastload.Loader`.
     Call :meth:`close` (or use ``with``) to stop the workers; garbage collection also does.
+
+    NOTE [a real torch DataLoader]
+    This is a subclass of torch's DataLoader, so that ``isinstance(dl, DataLoader)`` holds for
+    the frameworks that look (Lightning injects its DistributedSampler only into DataLoaders,
+    re-creating them as ``type(dl)(**arguments)``, which keeps fastload). torch's ``__init__``
+    is not called (it would build torch's iterator machinery); this one sets every attribute
+    torch's sets, with torch's validation and messages, and overrides what loads data:
+    ``__iter__``, ``__len__``, ``_index_sampler``. ``_auto_collation`` is torch's read-only
+    property: shadowed here by a class attribute, set per instance.
     """
+
+    _auto_collation: bool = True
 
     def __init__(
         self,
@@ -371,6 +382,8 @@ class DataLoader(Generic[_T_co]):
         self.persistent_workers = persistent_workers
         self.in_order = in_order
         self.collate_fn = collate_fn  # None: torch's default_collate semantics, done here
+        self._dataset_kind = _DatasetKind.Iterable if iterable else _DatasetKind.Map
+        self._iterator = None  # torch's attribute; fastload's iterators are not kept here
         self._max_held = max_held
         self._copy = copy
         self._plans: dict[int, list[Any]] = {}
@@ -440,6 +453,9 @@ class DataLoader(Generic[_T_co]):
         # torch's own check and warning (too many workers for the CPUs this process may use),
         # at the same point of iter() as torch's _get_iterator; it reads num_workers only
         torch.utils.data.DataLoader.check_worker_number_rationality(self)
+        if not self.__dict__.get("_world_checked"):
+            object.__setattr__(self, "_world_checked", True)
+            self._warn_if_every_rank_gets_everything()
         if self.pin_memory and self.pin_memory_device:
             warnings.warn(
                 "pin_memory_device is deprecated, the current accelerator will be used as the "
@@ -483,6 +499,36 @@ class DataLoader(Generic[_T_co]):
         self._plans.clear()
         self._plans[it.epoch] = plan  # asked for at the first next(), then popped
         return _BatchIter(self, it, pin, len(plan))
+
+    def _warn_if_every_rank_gets_everything(self) -> None:
+        """NOTE [one rank of many] in fastload/loader.py, torch's way: torch's DataLoader
+        does not shard either (the sampler does), so neither does this one; but one of several
+        ranks iterating torch's default sampler over the whole dataset is warned, once, at the
+        first iter(). A sampler or batch sampler of any other type is taken to know what it does
+        (DistributedSampler, Lightning's and accelerate's wrappers, the user's own)."""
+        from fastload._config import distributed_world
+
+        if self._iterable:
+            return
+        default = (SequentialSampler, RandomSampler)
+        if type(self.sampler) not in default or (
+            self.batch_sampler is not None
+            and (type(self.batch_sampler) is not BatchSampler
+                 or type(self.batch_sampler.sampler) not in default)
+        ):
+            return
+        world = distributed_world()
+        if world is None:
+            return
+        warnings.warn(
+            f"this process is one of {world[0]} ranks ({world[1]}) and this DataLoader samples "
+            f"the whole dataset with a {type(self.sampler).__name__}: every rank loads every "
+            "sample each epoch, as torch's DataLoader would. Pass sampler="
+            "torch.utils.data.DistributedSampler(dataset) (its shuffle= instead of the "
+            "DataLoader's), or hand the loader to Lightning's Trainer, which re-creates it "
+            "with one",
+            RuntimeWarning, stacklevel=3,
+        )
 
     def close(self) -> None:
         """Stop the workers and free the shared memory; batches still held stay valid.
