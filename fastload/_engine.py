@@ -100,6 +100,7 @@ class Engine:
         if cfg.num_workers > 0:
             fork = pool is None and (cfg.start_method or default_start_method()) == "fork"
             self.sharing = share_dataset(dataset, "fork" if fork else "pickled", cfg.share_dataset)
+            self.sharing.tag(self.cid)
             dataset = self.sharing.dataset
             self.pool = (pool.check_usable() if pool is not None
                          else WorkerPool(cfg.pool_config(), (self.cid, dataset)))

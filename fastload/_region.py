@@ -136,7 +136,7 @@ class SharedRegion:
                 pass  # exported to live leases; freed with the last one
 
 
-def drop_inherited() -> int:
+def drop_inherited(keep: int | None = None) -> int:
     """In a forked worker, before it does anything: let go of every region inherited from the
     parent (other loaders' slots, the pool's bell; a worker maps what it uses from the fds it
     is sent). Otherwise a child keeps a closed loader's memory alive for as long as it lives
@@ -147,10 +147,16 @@ def drop_inherited() -> int:
     an inaccessible anonymous one of the same size (MAP_FIXED, PROT_NONE: no memory, and the
     range cannot be reused, so a later munmap of it is harmless), and every inherited memfd fd
     number is pointed at /dev/null (dup2), so a later close of it closes nothing of ours.
-    Shared containers (shared.py) stay mapped: the worker's own dataset may be reading them.
+    Shared containers (shared.py) that share_dataset made for another loader than ``keep`` (the
+    client id whose dataset this worker inherited) are dropped the same way; those of ``keep``
+    and those the user built stay mapped: the worker's own dataset reads them.
     Returns how many regions were dropped. Linux and macOS (ctypes mmap); a no-op where libc
     cannot be loaded."""
+    import sys
+
     regions = [r for r in list(_live) if not r.closed]
+    shared = sys.modules.get("fastload.shared")  # no containers unless it was imported
+    containers = shared.regions_of_other_loaders(keep) if shared is not None else []
     try:
         import ctypes
 
@@ -178,6 +184,16 @@ def drop_inherited() -> int:
             if got != addr:
                 continue  # left as it was (mapped): costs memory, never correctness
             dropped += 1
+        for c in containers:  # read-only mappings: their address through NumPy
+            try:
+                import numpy as np
+
+                addr = int(np.frombuffer(c.mm, dtype=np.uint8, count=1).ctypes.data)
+            except (TypeError, ValueError, BufferError):
+                continue  # closed
+            size = -(-c.nbytes // mmap.PAGESIZE) * mmap.PAGESIZE
+            if libc.mmap(addr, size, 0, mmap.MAP_PRIVATE | anon | fixed, -1, 0) == addr:
+                dropped += 1
         # Every inherited fd of a fastload memfd (a region's, the one Python's mmap keeps with
         # each mapping, a shared container's): the worker is sent the fds it needs later.
         for name in _listdir("/proc/self/fd"):

@@ -52,6 +52,12 @@ class Sharing:
     shared: list[Any] = field(default_factory=list)
     enabled: bool = False
 
+    def tag(self, owner: int) -> None:
+        """Mark the containers made here as loader ``owner``'s (NOTE [shared containers] and
+        _region.drop_inherited: other loaders' forked workers let go of them)."""
+        for c in self.shared:
+            c._region.owner = owner
+
     def close(self) -> None:
         """The loader is closed: no worker will attach again. Close every container's fds and
         mapping here (the workers' copy is not read in the main process)."""

@@ -104,7 +104,7 @@ def worker_main(
     if not pickled:  # fork: other loaders' regions came with the parent's memory; let go
         from ._region import drop_inherited
 
-        drop_inherited()
+        drop_inherited(first_cid)
     worker = _Worker(worker_id, num_workers, conn, seed)
     try:
         if first_cid >= 0:

@@ -178,9 +178,22 @@ def _write(fd: int, data: Any, offset: int) -> None:
 
 
 # -- the region and its readers --------------------------------------------------------------------
+#: Every container region built in this process (what a forked worker looks at).
+_built: weakref.WeakSet[_Region] = weakref.WeakSet()
+
+
+def regions_of_other_loaders(keep: int | None) -> list[_Region]:
+    """The built container regions that share_dataset made for a loader other than ``keep``."""
+    return [r for r in list(_built) if r.owner is not None and r.owner != keep]
+
+
 class _Region:
     """A read-only mapping of a container's memfd, and (in the builder) the fd that lets other
     processes open it."""
+
+    #: The loader (its client id) whose share_dataset built it, else None (a container the user
+    #: built): a forked worker keeps only its own loader's and the user's (_region.drop_inherited).
+    owner: int | None = None
 
     def __init__(self, fd: int, nbytes: int, meta: dict[str, Any], owner_fd: bool) -> None:
         self.nbytes, self.meta = nbytes, meta
@@ -194,6 +207,7 @@ class _Region:
         self.fd = fd if owner_fd else -1
         if owner_fd:
             self._fin = weakref.finalize(self, os.close, fd)
+            _built.add(self)
 
     def close_fd(self) -> None:
         """No other process can attach from now on (those attached keep their mapping)."""

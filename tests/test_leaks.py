@@ -142,3 +142,24 @@ def test_forked_workers_do_not_keep_other_loaders_regions() -> None:
     a.close()
     assert sum(len(bb) for bb in b) == 100  # b's workers never touched what they let go
     b.close()
+
+
+@pytest.mark.timeout(120)
+def test_forked_workers_do_not_keep_other_loaders_shared_containers() -> None:
+    # share_dataset's containers of loader a (NOTE [shared containers]) are a's; b's forked
+    # workers map only their own (issue 15: a closed loader's memory held by another's workers)
+    from helpers.shared import Meta, meta_expected
+
+    a = fastload.Loader(Meta(30_000), 256, num_workers=1, start_method="fork")
+    a_sizes = {-(-c["bytes"] // 4096) * 4096 for c in a.stats()["shared_dataset"]}
+    assert a_sizes, a.stats()["shared_dataset"]
+    b = fastload.Loader(Meta(20_000), 256, num_workers=1, start_method="fork")
+    b_sizes = {-(-c["bytes"] // 4096) * 4096 for c in b.stats()["shared_dataset"]}
+    got = [int(x) for batch in b for x in batch["i"]]
+    assert got == [meta_expected(i)["i"] for i in range(20_000)]  # b reads its own containers
+    sizes = _memfd_mappings(b._engine.pool.procs[0].pid)
+    assert not a_sizes & set(sizes) and b_sizes <= set(sizes), (a_sizes, b_sizes, sizes)
+    assert sum(int(x) for batch in a for x in batch["h"]) == sum(
+        meta_expected(i)["h"] for i in range(30_000))  # a's own workers still read theirs
+    a.close()
+    b.close()
