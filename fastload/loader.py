@@ -170,6 +170,8 @@ class Loader:
         ``drop_last`` the last positions are padded with wrapped-around samples. ``"auto"`` reads
         torchrun's ``RANK``/``WORLD_SIZE``, Slurm's ``SLURM_PROCID``/``SLURM_NTASKS`` or Open
         MPI's ``OMPI_COMM_WORLD_RANK``/``OMPI_COMM_WORLD_SIZE`` (a single process if none is set).
+        ``None`` in one of several ranks warns at the first ``iter()`` (NOTE [one rank of
+        many]); ``(0, 1)`` means every rank should see everything and is not warned.
     return_mask : bool
         Yield ``(batch, mask)`` where ``mask`` is a bool array, False for padded duplicates, so
         evaluation metrics can ignore them.
