@@ -90,6 +90,7 @@ typedef struct fl_slot_hdr {
 
 #define FL_SLOT_F_SPILLED 1u /* the variable-size part did not fit: it travels by pipe */
 #define FL_SLOT_F_ENDED 2u   /* the worker's stream ended in (rows < count) or before this batch */
+#define FL_SLOT_F_SKIPPED 4u /* on_error="skip" replaced failing samples: a Skipped message says which */
 #define FL_TARGET_ANY UINT32_MAX /* fl_ring_queue_to: any worker may claim the slot */
 
 FL_STATIC_ASSERT(sizeof(fl_header) == 5 * FL_CACHELINE, "fl_header size is pinned");

@@ -16,6 +16,7 @@ from .errors import (
     LoaderClosedError,
     LoaderTimeoutError,
     SampleTooLargeError,
+    SkipLimitError,
     WorkerDied,
     WorkerError,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "LoaderClosedError",
     "LoaderTimeoutError",
     "SampleTooLargeError",
+    "SkipLimitError",
     "WorkerDied",
     "WorkerError",
     "backend",

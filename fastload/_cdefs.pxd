@@ -30,6 +30,7 @@ cdef extern from "fl_layout.h" nogil:
         FL_SLOT_READING
         FL_SLOT_F_SPILLED
         FL_SLOT_F_ENDED
+        FL_SLOT_F_SKIPPED
     ctypedef struct fl_header:
         uint32_t nslots
         uint64_t slot_bytes

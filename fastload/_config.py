@@ -111,6 +111,8 @@ class LoaderConfig:
     on_stall: tuple[float, Callable[[str], None]] | None
     sample_spec: SampleSpec | None = None
     share_dataset: bool = True
+    on_error: str = "raise"  # NOTE [skipped samples] (_fill.py)
+    max_skips: int | None = None  # per epoch, with on_error="skip"
 
     @property
     def depth(self) -> int:
@@ -134,6 +136,8 @@ class LoaderConfig:
         stack: bool = True,
         pad_to_multiple: Any = None,
         share_dataset: bool = True,
+        on_error: Any = "raise",
+        max_skips: Any = None,
     ) -> LoaderConfig:
         """Validate a Loader's arguments (``pool``: a fastload.Pool or None; ``n``: the
         dataset's length, None for a plain iterable)."""
@@ -143,6 +147,14 @@ class LoaderConfig:
             raise ValueError(
                 f"on_worker_death must be 'raise' or 'restart', got {on_worker_death!r}"
             )
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if max_skips is not None:
+            if not _is_int(max_skips) or max_skips < 0:
+                raise ValueError(f"max_skips must be None or an int >= 0, got {max_skips!r}")
+            if on_error != "skip":
+                raise ValueError("max_skips applies with on_error='skip' (samples that raise "
+                                 "are skipped, up to max_skips per epoch)")
         if not _is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if not _is_int(prefetch) or prefetch < 1:
@@ -187,6 +199,7 @@ class LoaderConfig:
             timeout=timeout, max_held=max_held, copy=bool(copy), on_worker_death=on_worker_death,
             shard=rank_world, return_mask=bool(return_mask), batch_plan=batch_plan,
             on_stall=on_stall, sample_spec=sample_spec, share_dataset=bool(share_dataset),
+            on_error=on_error, max_skips=max_skips,
         )
 
 

@@ -64,6 +64,7 @@ __all__ = ["Engine"]
 _client_ids = itertools.count()
 log = logging.getLogger("fastload")
 _ENDED = object()  # a plain iterable's epoch ended (NOTE [iterable datasets])
+_LOGGED_SKIPS = 10  # on_error="skip": replacements logged one by one, per loader
 
 
 class Engine:
@@ -88,11 +89,16 @@ class Engine:
         self.resume: tuple[int, int] | None = None  # (epoch, position) from load_state_dict
         self.consumed = 0  # batches delivered of the active epoch
         self.counters = {"copied_batches": 0, "spilled_batches": 0, "worker_restarts": 0}
+        self.skipped: deque[dict[str, Any]] = deque(maxlen=1000)  # NOTE [skipped samples]
+        self.skipped_total = 0
+        self.epoch_skips: list[tuple[int | None, str]] = []  # of the active epoch
         self.shared_pool = pool  # a fastload.Pool (kept alive while this loader is), or None
         self.pending: deque[BaseException] = deque()  # NOTE [pool callbacks]
         self.warmed = False  # NOTE [first samples]
         self._last_check = time.monotonic()
         self.filler = filler_for(dataset, None, 0) if cfg.num_workers == 0 else None
+        if self.filler is not None:
+            self.filler.skip = cfg.on_error == "skip"
         self.pool: WorkerPool | None = None
         self.mail: Mailbox | None = None
         self.sharing: Sharing | None = None  # NOTE [shared datasets] (_share.py)
@@ -129,6 +135,7 @@ class Engine:
         self.next_epoch += 1
         self.consumed = self.resume[1] if self.resume is not None and self.resume[0] == e else 0
         self.resume = None
+        self.epoch_skips = []
         self.deaths.new_epoch()
         if self.cursor.epoch < e:
             self.cursor.seek(e)
@@ -202,6 +209,8 @@ class Engine:
         except Exception:
             self.consumed += 1  # NOTE [errors do not end the epoch]
             raise
+        if filler.skipped:
+            self._note_skips(epoch, filler.skipped)
         return batch if plan.done(epoch, b, filler.rows, filler.flags) else _ENDED
 
     # -- the worker path ---------------------------------------------------------------------
@@ -238,10 +247,47 @@ class Engine:
                     slots.redo(task, info["count"])
                     continue
                 self.counters["spilled_batches"] += 1
+            if info["flags"] & _ring.F_SKIPPED:
+                try:
+                    self._note_skips(epoch, self.mail.skipped(task.slot, task.seq, word,
+                                                              info["pid"]))
+                except BaseException:
+                    slots.release(task.slot)
+                    raise
             batch = slots.deliver(task.slot, info["rows"], info["var_bytes"], spilled,
                                   self.cfg.copy, self.cfg.max_held)
             self._refill()
             return batch
+
+    def _note_skips(self, epoch: int, records: list[tuple[Any, ...]]) -> None:
+        """NOTE [skipped samples] (_fill.py): count, log the first, raise past max_skips."""
+        for index, kind, text, instead in records:
+            if self.skipped_total < _LOGGED_SKIPS:
+                last = self.skipped_total == _LOGGED_SKIPS - 1
+                log.warning("sample %s raised %s: %s; sample %s was loaded in its place "
+                            "(on_error='skip')%s", index, kind, text, instead,
+                            "; further skips are only counted in stats()['skipped']"
+                            if last else "")
+            self.skipped_total += 1
+            self.skipped.append({"epoch": epoch, "index": index, "error": f"{kind}: {text}",
+                                 "replaced_by": instead})
+            self.epoch_skips.append((index, f"{kind}: {text}"))
+        limit = self.cfg.max_skips
+        if limit is not None and len(self.epoch_skips) > limit:
+            from .errors import SkipLimitError
+
+            got = self.epoch_skips
+            kinds: dict[str, int] = {}
+            for _, text in got:
+                kinds[text.split(":", 1)[0]] = kinds.get(text.split(":", 1)[0], 0) + 1
+            listed = "\n  ".join(f"sample {i}: {t}" for i, t in got[:10])
+            more = f"\n  ... and {len(got) - 10} more" if len(got) > 10 else ""
+            by_kind = ", ".join(f"{k} x{c}" for k, c in sorted(kinds.items()))
+            raise SkipLimitError(
+                f"{len(got)} samples of epoch {epoch} raised, more than max_skips={limit} "
+                f"(on_error='skip'), so the epoch ends here ({by_kind}):\n  {listed}{more}\n"
+                "Fix the dataset (or raise max_skips); stats()['skipped'] lists them all",
+                list(got))
 
     def _refill(self) -> None:
         slots, pool, plan, cursor = self.slots, self.pool, self.plan, self.cursor
@@ -281,8 +327,11 @@ class Engine:
         if not firsts:
             return
         (to, sample), rest = firsts[0], firsts[1:]
+        alternates: tuple[int, ...] = ()
+        if self.cfg.on_error == "skip":  # NOTE [skipped samples]: the rest of its batch
+            alternates = tuple(int(i) for i in self.plan.batch(e, self.consumed)[1:])
         self.mail.send_probe(m.Probe(self.cid, sample, self.plan.rows, self.plan.seed, e,
-                                     self.cfg.sample_spec), rest, to)
+                                     self.cfg.sample_spec, alternates=alternates), rest, to)
         self.warmed = True
 
     def _setup_region(self) -> None:
@@ -331,7 +380,8 @@ class Engine:
     def _attach(self, i: int) -> None:
         assert self.pool is not None and self.slots is not None
         region = self.slots.region  # a restarted worker is attached by workers_restarted
-        self.pool.send(i, m.Attach(self.cid, self.layout, region.nbytes), region.fd)
+        self.pool.send(i, m.Attach(self.cid, self.layout, region.nbytes,
+                                   self.cfg.on_error == "skip"), region.fd)
 
     # -- messages and deaths -----------------------------------------------------------------
     def _check_workers(self) -> None:
@@ -432,4 +482,5 @@ class Engine:
         if slots is not None and not slots.ring.closed:
             out["ring"] = slots.ring.stats()
         out["shared_dataset"] = list(self.sharing.converted) if self.sharing else []
+        out["skipped"], out["skipped_total"] = list(self.skipped), self.skipped_total
         return out

@@ -5,6 +5,22 @@ A ``BatchFiller`` holds a dataset and its fast paths (``__getitems__``; the ``Ar
 gather in C) and loads a batch's samples into a packer's slot, with the sample context that
 ``sample_rng()`` reads set for each sample. It returns the batch's object leaves, or the packed
 exception (``fastload._remote``) of the sample that failed.
+
+NOTE [skipped samples]
+With ``on_error="skip"`` a sample whose ``__getitem__`` raises is replaced by the next sample
+of its batch that loads (the next index of the epoch's plan within that batch, wrapping round
+to the batch's first), so a batch keeps its size and the result depends only on the plan and
+the dataset: the same for any ``num_workers``, start method or resume. A worker holds only
+its batch's indices, hence the wrap within the batch rather than into the next batch. A sample
+that raised once in a fill is not asked again in that fill, and a replacement whose own row
+comes later is loaded once, so a batch costs at most one ``__getitem__`` per index. When every
+sample of a batch raises, the batch raises the first one's error (the next ``next()`` goes on,
+NOTE [errors do not end the epoch]). With ``__getitems__``, a call that raises is followed by
+one ``__getitem__`` per sample, to find which. Only the dataset's exceptions are skipped: a
+sample that loads but does not fit the batch layout is a declaration to fix (``ragged=``,
+``stack=False``), and raises. The fill lists what it replaced in ``skipped``; a worker sends it
+(``Skipped``) after the batch, and the engine counts and logs it (``stats()["skipped"]``) and
+raises ``SkipLimitError`` past ``max_skips`` in an epoch.
 """
 
 from __future__ import annotations
@@ -97,6 +113,9 @@ class BatchFiller:
         #: iterable's iterator ended, fastload/_iterable.py); 0 for map-style datasets.
         self.flags = 0
         self.rows = 0  # rows of the last fill (fewer than its indices: a plain iterable's end)
+        self.skip = False  # on_error="skip" (NOTE [skipped samples])
+        #: What the last fill replaced: (index, exception type, message, index loaded instead)
+        self.skipped: list[tuple[int, str, str, int]] = []
 
     def warm_up(self, index: int, seed: int, epoch: int) -> None:
         """Load sample ``index`` now and keep it (or its exception) for the batch that has it."""
@@ -121,19 +140,32 @@ class BatchFiller:
         return value
 
     def probe(self, index: int, batch_size: int, seed: int, epoch: int,
-              spec: Any = None) -> Any:
-        """The BatchLayout of sample ``index`` (raises what the dataset raises)."""
+              spec: Any = None, alternates: Any = ()) -> Any:
+        """The BatchLayout of sample ``index`` (raises what the dataset raises); if it raises,
+        that of the first of ``alternates`` that loads (on_error="skip"; raising ``index``'s
+        error if none does)."""
         from .layout import BatchLayout
 
         ctx = _sample_ctx
-        ctx[0], ctx[1], ctx[2] = seed, epoch, index
+        ctx[0], ctx[1] = seed, epoch
+        first: Exception | None = None
         try:
-            sample = self.dataset[index]
-            layout = BatchLayout(sample, batch_size, spec)
+            for i in (index, *alternates):
+                ctx[2] = i
+                try:
+                    sample = self.dataset[i]
+                except Exception as e:
+                    if not alternates:
+                        raise
+                    first = first or e
+                    continue
+                layout = BatchLayout(sample, batch_size, spec)
+                self.warm[(seed, epoch, i)] = (True, sample)  # packed with its batch
+                return layout
         finally:
             ctx[2] = -1
-        self.warm[(seed, epoch, index)] = (True, sample)  # packed with its batch, not reloaded
-        return layout
+        assert first is not None
+        raise first
 
     def fill(self, packer: Any, layout: Any, slot: int, indices: Any, seed: int, epoch: int,
              ring: Any = None, pid: int = 0) -> tuple[VarImage | None, bytes | None]:
@@ -146,6 +178,7 @@ class BatchFiller:
         image = None
         batch: list[int] | None = None
         self.rows = len(indices)
+        self.skipped = []
         ctx = _sample_ctx
         ctx[0], ctx[1] = seed, epoch
         if ring is not None:  # who loads it, whatever the path (the parent reads it: _mailbox)
@@ -158,18 +191,28 @@ class BatchFiller:
                 pass
             else:
                 idx_list = indices.tolist()
+                samples: Any = _NONE
                 if self.getitems is not None:
+                    if not self.skip:
+                        samples = self.getitems(idx_list)
+                    else:
+                        try:
+                            samples = self.getitems(idx_list)
+                        except Exception:  # NOTE [skipped samples]: find which, one by one
+                            samples = _NONE
+                if samples is not _NONE:
                     batch = idx_list
-                    _pack_getitems(packer, layout, slot, idx_list, self.getitems(idx_list),
-                                   objects)
+                    _pack_getitems(packer, layout, slot, idx_list, samples, objects)
                 else:  # one sample at a time, a kept first sample (NOTE [first samples]) as is
                     pack = packer.pack
                     ds = _Kept(self, seed, epoch) if self.warm else self.dataset
+                    if self.skip:
+                        ds = _Skipping(self, ds, idx_list)
                     for row, index in enumerate(idx_list):
                         if ring is not None:
                             ring.set_progress(slot, row, pid)
                         ctx[2] = index
-                        pack(slot, row, ds[index], objects)
+                        pack(slot, row, ds[row] if self.skip else ds[index], objects)
             if layout.n_objects:
                 image = VarImage(layout, objects, len(indices))
         except RowError as e:  # a ragged leaf of one row is not what was declared
@@ -197,7 +240,8 @@ class BatchFiller:
         indices = np.ascontiguousarray(indices, dtype=np.int64)
         if layout is None:
             try:
-                layout = self.probe(int(indices[0]), batch_size, seed, epoch, spec)
+                alternates = indices[1:].tolist() if self.skip else ()
+                layout = self.probe(int(indices[0]), batch_size, seed, epoch, spec, alternates)
             except Exception as e:
                 raise_rebuilt(pack_exception(e, int(indices[0]), None))
         buf = np.empty(layout.slot_bytes, np.uint8)
@@ -245,6 +289,64 @@ class BatchFiller:
             self.pieces = None
             return False
         return True
+
+
+_NONE = object()  # no samples from __getitems__ (NOTE [skipped samples]: one at a time)
+
+
+class _Skipping:
+    """on_error="skip": ``[row]`` is that row's sample, or the next of the batch that loads in
+    its place (NOTE [skipped samples]); what was replaced goes to ``filler.skipped``."""
+
+    __slots__ = ("filler", "ds", "indices", "failed", "loaded")
+
+    def __init__(self, filler: BatchFiller, ds: Any, indices: list[int]) -> None:
+        self.filler, self.ds, self.indices = filler, ds, indices
+        self.failed: dict[int, Exception] = {}  # index -> what it raised in this fill
+        self.loaded: dict[int, Any] = {}  # replacements whose own row comes later
+
+    def __getitem__(self, row: int) -> Any:
+        indices, failed, ctx = self.indices, self.failed, _sample_ctx
+        index = indices[row]
+        if index in self.loaded:
+            return self.loaded.pop(index)
+        if index not in failed:
+            try:
+                return self.ds[index]
+            except Exception as e:
+                failed[index] = e
+        n = len(indices)
+        try:
+            for k in range(1, n):
+                other = (row + k) % n
+                j = indices[other]
+                if j in failed:
+                    continue
+                if j in self.loaded:
+                    sample = self.loaded[j]
+                else:
+                    ctx[2] = j
+                    try:
+                        sample = self.ds[j]
+                    except Exception as e:
+                        failed[j] = e
+                        continue
+                    if other > row:
+                        self.loaded[j] = sample
+                error = failed[index]
+                self.filler.skipped.append((index, type(error).__name__, _short(error), j))
+                return sample
+        finally:
+            ctx[2] = index
+        raise failed[index]  # every sample of the batch raised: the batch raises
+
+
+def _short(e: BaseException) -> str:
+    try:
+        text = str(e)
+    except Exception:
+        text = "<str() of the exception failed>"
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 class _Kept:

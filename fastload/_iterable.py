@@ -155,9 +155,10 @@ class IterFiller(BatchFiller):
             _sample_ctx[2] = -1
 
     def probe(self, index: int, batch_size: int, seed: int, epoch: int,
-              spec: Any = None) -> Any:
+              spec: Any = None, alternates: Any = ()) -> Any:
         """The BatchLayout of this worker's sample at ``index`` (kept for its batch); raises
-        StreamEnded if the iterator has no sample there."""
+        StreamEnded if the iterator has no sample there. (No ``alternates``: on_error="skip"
+        is refused for plain iterables.)"""
         from .layout import BatchLayout
 
         try:

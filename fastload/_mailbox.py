@@ -31,6 +31,7 @@ class Mailbox:
         self.cid = cid
         self.timeout = timeout  # the loader's: also bounds the wait for a batch's message
         self.msgs: dict[tuple[int, int], Any] = {}  # (slot, seq) -> BatchFailed/Spill
+        self.skips: dict[tuple[int, int], m.Skipped] = {}  # a batch's can follow its Spill
         self.lock = threading.Lock()
         self.layout: Any = None  # what the probe found
         self.probe: m.Probe | None = None  # sent, not yet answered
@@ -78,6 +79,8 @@ class Mailbox:
     def _note(self, i: int, msg: Any) -> None:
         if isinstance(msg, (m.BatchFailed, m.Spill)):
             self.msgs[(msg.slot, msg.seq)] = msg
+        elif isinstance(msg, m.Skipped):
+            self.skips[(msg.slot, msg.seq)] = msg
         elif isinstance(msg, m.ProbeStarted):
             self.probe_started = True
         elif isinstance(msg, m.ProbeEnded):
@@ -124,12 +127,25 @@ class Mailbox:
             raise WorkerDied(f"worker {owner} died while sending batch objects")
         return msg.image
 
-    def take(self, worker: int, slot: int, seq: int, pid: int = 0) -> Any:
+    def skipped(self, slot: int, seq: int, word: int, pid: int) -> list[tuple[Any, ...]]:
+        """What on_error="skip" replaced in a READY slot's batch (its F_SKIPPED flag is set;
+        NOTE [skipped samples] in _fill.py); one record of unknown index if its worker died
+        before it said."""
+        owner = _ring.state_bits(word)[1]
+        msg = self.take(owner, slot, seq, pid, self.skips)
+        if msg is None:
+            return [(None, "unknown", f"worker {owner} died before it said which samples of "
+                     "this batch it replaced", None)]
+        return list(msg.records)
+
+    def take(self, worker: int, slot: int, seq: int, pid: int = 0,
+             box: dict[tuple[int, int], Any] | None = None) -> Any:
         """The message ``worker`` (process ``pid``, if known) sent about task ``seq`` in
         ``slot``, watching its liveness: None if it died before sending it (also when it was
         restarted already: the new process never sends it). Tasks are delivered in seq order,
         so messages of older tasks still filed belong to abandoned batches: they are dropped."""
         key = (slot, seq)
+        msgs = self.msgs if box is None else box
         pool = self.pool
         incarnation = pool.incarnation[worker]
         if pid and pool.pid_of(worker) != pid:
@@ -137,14 +153,15 @@ class Mailbox:
         wait = Deadline(self.timeout, None)
         while True:
             self.collect()
-            if key in self.msgs:
-                for old in [k for k in self.msgs if k[1] < seq]:
-                    del self.msgs[old]
-                return self.msgs.pop(key)
+            if key in msgs:
+                for filed in (self.msgs, self.skips):  # of abandoned batches
+                    for old in [k for k in filed if k[1] < seq]:
+                        del filed[old]
+                return msgs.pop(key)
             if not pool.is_alive(worker, incarnation):
                 pool.pump(worker, 0)  # it died: what it sent is all there is
                 self.collect()
-                return self.msgs.pop(key, None)
+                return msgs.pop(key, None)
             wait.check(lambda: f"worker {worker} (pid {pool.pid_of(worker)}) finished the batch "
                        f"in slot {slot} but has not sent what goes with it (its process is "
                        f"{_process_state(pool.pid_of(worker))}; `kill -USR1 <pid>` prints "
@@ -154,6 +171,7 @@ class Mailbox:
 
     def clear(self) -> None:
         self.msgs.clear()
+        self.skips.clear()
 
 
 _STATES = {"R": "running", "S": "sleeping", "D": "in an uninterruptible wait",

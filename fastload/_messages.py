@@ -23,7 +23,9 @@ message can never block a worker that the parent is not yet reading); ``Spill`` 
 variable image (object and ragged leaves) that did not fit the slot's variable area, or on
 Linux ``SpillFd`` + the fd of a memfd holding it (the pool maps it on receipt and files a
 ``Spill`` whose image is that mapping: large ragged batches cross without a copy through the
-pipe); ``DatasetFailed`` when a dataset cannot be unpickled there; ``InitFailed`` when
+pipe); ``Skipped`` for a batch in which ``on_error="skip"`` replaced samples that raised (the
+slot's ``F_SKIPPED`` flag says one follows; sent after the slot is READY, like ``Spill``);
+``DatasetFailed`` when a dataset cannot be unpickled there; ``InitFailed`` when
 ``worker_init`` fails (it concerns every client).
 Batch messages are filed by (slot, seq): ``seq`` is the task's number in the slot header (64
 bits, never reused by a loader), so a message of an abandoned batch (``break``, a new
@@ -37,7 +39,7 @@ from typing import Any, NamedTuple
 __all__ = [
     "Bell", "AddDataset", "AddDatasetFd", "Probe", "Attach", "Detach", "Stop",
     "ProbeStarted", "LayoutFound", "ProbeEnded", "ProbeFailed", "BatchFailed", "Spill",
-    "SpillFd", "Started", "DatasetFailed",
+    "SpillFd", "Skipped", "Started", "DatasetFailed",
     "InitFailed", "Death",
 ]
 
@@ -65,12 +67,15 @@ class Probe(NamedTuple):
     epoch: int
     spec: Any = None  # the loader's SampleSpec (fastload/_ragged.py)
     report: bool = True  # False: load and keep the sample, reply nothing (NOTE [first samples])
+    #: on_error="skip": the other samples of its batch, tried in turn if ``sample`` raises
+    alternates: tuple[int, ...] = ()
 
 
 class Attach(NamedTuple):
     cid: int
     layout: Any  # BatchLayout
     nbytes: int  # the region's size; its fd follows
+    skip: bool = False  # on_error="skip" (NOTE [skipped samples] in fastload/_fill.py)
 
 
 class Detach(NamedTuple):
@@ -117,6 +122,14 @@ class Spill(NamedTuple):
     seq: int
     image: Any  # the batch's variable image (NOTE [ragged leaves] in fastload/_ragged.py):
     # bytes, or the mmap of the memfd a SpillFd brought
+
+
+class Skipped(NamedTuple):
+    cid: int
+    slot: int
+    seq: int
+    #: (index that raised, its exception type, its message, the index loaded in its place)
+    records: tuple[tuple[int, str, str, int], ...]
 
 
 class SpillFd(NamedTuple):

@@ -12,6 +12,7 @@ FAILED: int
 READING: int
 F_SPILLED: int
 F_ENDED: int
+F_SKIPPED: int
 LAYOUT_VERSION: int
 MAX_SLOTS: int
 MAX_WORKERS: int

@@ -209,7 +209,8 @@ class _Client:
         # worker may die on another loader's batch before it reads the probe).
         conn.send(m.ProbeStarted(self.cid))
         try:
-            layout = self.filler.probe(msg.sample, msg.batch_size, msg.seed, msg.epoch, msg.spec)
+            layout = self.filler.probe(msg.sample, msg.batch_size, msg.seed, msg.epoch, msg.spec,
+                                       msg.alternates)
         except StreamEnded:  # NOTE [iterable datasets]: this worker's iterator has no sample
             conn.send(m.ProbeEnded(self.cid, msg.epoch))
         except BaseException as e:
@@ -233,6 +234,11 @@ class _Client:
             return
         spill: Any = None
         flags = self.filler.flags  # F_ENDED: a plain iterable's iterator ended
+        skipped = self.filler.skipped  # NOTE [skipped samples] (_fill.py)
+        if skipped:
+            from ._ring import F_SKIPPED
+
+            flags |= F_SKIPPED
         if flags and image is None:
             ring.set_result(slot, flags, 0)
         if image is not None:
@@ -264,6 +270,8 @@ class _Client:
                 os.close(spill)
         elif spill is not None:
             self.worker.conn.send(m.Spill(self.cid, slot, info["seq"], spill))
+        if skipped:
+            self.worker.conn.send(m.Skipped(self.cid, slot, info["seq"], tuple(skipped)))
 
 
 def _read_all(fd: int, nbytes: int) -> list[bytes]:
@@ -408,6 +416,7 @@ class _Worker:
                 os.close(fd)
                 return True
             client.attach(msg.layout, msg.nbytes, fd)
+            client.filler.skip = msg.skip
             self.active.append(client)
             return True
         raise RuntimeError(f"fastload worker: unknown message {msg!r}")

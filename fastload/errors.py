@@ -14,6 +14,7 @@ __all__ = [
     "LoaderClosedError",
     "WorkerError",
     "WorkerDied",
+    "SkipLimitError",
     "RemoteTraceback",
 ]
 
@@ -51,6 +52,15 @@ class WorkerError(FastloadError):
 
 class WorkerDied(FastloadError, RuntimeError):
     """A worker process died (signal, ``os._exit``, out-of-memory kill)."""
+
+
+class SkipLimitError(FastloadError, RuntimeError):
+    """With ``on_error="skip"``, more than ``max_skips`` samples of one epoch raised.
+    ``skipped`` lists them: ``(index, "Type: message")`` pairs."""
+
+    def __init__(self, message: str, skipped: list[tuple[int | None, str]] | None = None):
+        super().__init__(message)
+        self.skipped = skipped or []
 
 
 def __getattr__(name: str) -> type[WorkerDied]:

@@ -231,6 +231,18 @@ class Loader:
         copying it (fork: page by page as it reads; spawn/forkserver: unpickled whole). Your
         object is not changed; ``stats()["shared_dataset"]`` lists what was shared (NOTE
         [shared datasets] in fastload/_share.py). ``False`` sends the dataset as it is.
+    on_error : {"raise", "skip"}
+        What a sample whose ``__getitem__`` raises does. ``"raise"``: its batch raises the
+        error (rebuilt as :class:`WorkerError` from a worker) and the next ``next()`` goes on
+        with the next batch, as torch's iterator does. ``"skip"``: the sample is replaced by
+        the next sample of its batch that loads (wrapping round to the batch's first), so
+        batches keep their size and the result is the same for any ``num_workers`` and across
+        a resume; each replacement is logged (the first 10) and listed in
+        ``stats()["skipped"]``; a batch whose every sample raises still raises (NOTE [skipped
+        samples] in fastload/_fill.py). Map-style datasets only.
+    max_skips : int, optional
+        With ``on_error="skip"``: more than this many replaced samples in one epoch raise
+        :class:`SkipLimitError` (listing them) and end the epoch; None: no limit.
 
     Examples
     --------
@@ -268,6 +280,8 @@ class Loader:
         stack: bool = True,
         share_dataset: bool = True,
         shuffle_buffer: int | None = None,
+        on_error: str = "raise",
+        max_skips: int | None = None,
         **unknown: Any,
     ) -> None:
         self._engine: Engine | None = None
@@ -278,11 +292,22 @@ class Loader:
             if batch_plan is not None:
                 raise ValueError("batch_plan cannot drive a ShardedStream: fastload plans the "
                                  "stream's order itself (NOTE [stream order])")
+            if on_error == "skip":
+                raise ValueError(
+                    "on_error='skip' replaces a failing sample by another sample of its batch, "
+                    "which needs a map-style dataset; a ShardedStream's iter_shard cannot go on "
+                    "after it raised. Skip bad records inside iter_shard (catch, log, continue)")
             dataset = stream_view(dataset, shuffle, shuffle_buffer, num_workers, start_method)
         elif shuffle_buffer is not None:
             raise ValueError("shuffle_buffer applies to a fastload.ShardedStream dataset; a "
                              "map-style dataset is shuffled whole (shuffle=True)")
         iterable = is_iterable(dataset)
+        if on_error == "skip" and iterable:
+            raise ValueError(
+                "on_error='skip' replaces a failing sample by another sample of its batch, "
+                "which needs a map-style dataset (__getitem__); a stream's iterator cannot go "
+                f"on after it raised. Skip bad records inside {type(dataset).__name__}'s "
+                "iterator instead (catch, log, continue)")
         if iterable:
             check_iterable_args(dataset, shuffle=shuffle, shard=shard, batch_plan=batch_plan)
         n = None if iterable else dataset_len(dataset)
@@ -293,7 +318,7 @@ class Loader:
             on_worker_death=on_worker_death, shard=shard, return_mask=return_mask,
             batch_plan=batch_plan, on_stall=on_stall, pool=pool, ragged=ragged,
             pad_value=pad_value, pad_to_multiple=pad_to_multiple, stack=stack,
-            share_dataset=share_dataset,
+            share_dataset=share_dataset, on_error=on_error, max_skips=max_skips,
         )
         self.batch_size = cfg.batch_size
         self.num_workers = cfg.num_workers
@@ -357,7 +382,10 @@ class Loader:
         self.seed = self._engine.plan.seed
 
     def stats(self) -> dict[str, Any]:
-        """Counters: copied and spilled batches, worker restarts, ring operations."""
+        """Counters: copied and spilled batches, worker restarts, ring operations;
+        ``skipped`` (on_error="skip"): the replaced samples, the latest 1,000, each a dict of
+        ``epoch``, ``index``, ``error`` (the exception's type and message) and ``replaced_by``
+        (the index loaded in its place), and ``skipped_total``."""
         assert self._engine is not None
         return self._engine.stats()
 
