@@ -193,15 +193,15 @@ class BatchFiller:
                 idx_list = indices.tolist()
                 samples: Any = _NONE
                 if self.getitems is not None:
+                    batch = idx_list  # an error names the batch it was loading
                     if not self.skip:
                         samples = self.getitems(idx_list)
                     else:
                         try:
                             samples = self.getitems(idx_list)
                         except Exception:  # NOTE [skipped samples]: find which, one by one
-                            samples = _NONE
+                            samples, batch = _NONE, None
                 if samples is not _NONE:
-                    batch = idx_list
                     _pack_getitems(packer, layout, slot, idx_list, samples, objects)
                 else:  # one sample at a time, a kept first sample (NOTE [first samples]) as is
                     pack = packer.pack
