@@ -25,6 +25,24 @@ workers have begun a sample (a barrier) works, and the first batches do not wait
 worker. A kept sample packed into a batch claimed by another worker is loaded again there (the
 ring hands batches to whichever worker is free): at most ``num_workers - 1`` samples, once.
 
+NOTE [several passes]
+Every ``iter(loader)`` is a pass over its own epoch (0, 1, ... in the order they were started),
+and several may be live at once (``zip(dl, dl)``, one loader for training and validation), as
+with torch's DataLoader: each has its own position (``live``: epoch -> batches delivered) and
+its own tasks in the ring, all served by the same workers. ``queued`` says how far each epoch
+is queued; a live epoch's tasks in flight are exactly its batches [delivered, queued), in order.
+The queue is shared fairly: the live epoch with the fewest tasks in flight is topped up first,
+and a pass waiting for a batch that is not queued gets a slot even past the prefetch depth (a
+free one, or the newest task of the epoch with the most in flight, which re-queues it later),
+so no pass can starve another. When every live epoch is queued to its end, the queue runs one
+epoch ahead (the next ``iter()``'s). A pass whose iterator is dropped unfinished (``break``, the
+iterator garbage-collected) is ended at the engine's next step (``abandoned``), freeing its
+slots. ``state_dict()`` describes the oldest live pass, or, if none is live, the newest pass
+if it was left unfinished (``for ...: break`` then ``state_dict()`` resumes after the break).
+A plain iterable's workers iterate one pass at a time (each worker's replica has one
+iterator), so there a new ``iter()`` supersedes the live pass, as does ``load_state_dict``
+for every pass.
+
 NOTE [errors do not end the epoch]
 A batch whose samples raised (in a worker: its slot is FAILED; in the main process: the fill
 raised an ``Exception``; the probe: its first sample raised) counts as consumed before its error
@@ -50,7 +68,6 @@ from ._deaths import DeathPolicy
 from ._iterable import filler_for
 from ._mailbox import Mailbox
 from ._memory import MemoryWatch
-from ._plan import PlanCursor
 from ._pool import Pool, WorkerPool, default_start_method
 from ._share import Sharing, share_dataset, unshared
 from ._slots import SlotTable
@@ -78,16 +95,21 @@ class Engine:
         self.dataset = dataset
         self.n = n
         self.plan = plan_of(dataset, n, cfg)
-        self.cursor = PlanCursor(self.plan)  # the next batch to queue
+        self.live: dict[int, int] = {}  # NOTE [several passes]: epoch -> batches delivered
+        self.queued: dict[int, int] = {}  # epoch -> its next batch to queue
+        self.plan.keep = self.live  # a live epoch's batches are never forgotten by the plan
+        self.abandoned: deque[tuple[int, int]] = deque()  # (epoch, pass) of dropped iterators
+        self.lost: dict[int, BaseException] = {}  # a live epoch's batch a death abandoned
+        self.left: tuple[int, int] | None = None  # (epoch, position) of a pass left unfinished
         self.deaths = DeathPolicy(cfg.on_worker_death)
         self.closed, self.closed_reason = False, ""
         self.layout: BatchLayout | None = None
         self.slots: SlotTable | None = None  # the shared region, once the layout is known
         self.next_epoch = 0
-        self.active_epoch: int | None = None
-        self.superseded: set[int] = set()  # epochs whose iterator was replaced mid-way
+        self.superseded: dict[int, str] = {}  # passes ended by another call: why
+        self.passes: dict[int, int] = {}  # live epoch -> its pass (an epoch number can come
+        self._pass_ids = itertools.count()  # again after load_state_dict; a pass cannot)
         self.resume: tuple[int, int] | None = None  # (epoch, position) from load_state_dict
-        self.consumed = 0  # batches delivered of the active epoch
         self.counters = {"copied_batches": 0, "spilled_batches": 0, "worker_restarts": 0}
         self.skipped: deque[dict[str, Any]] = deque(maxlen=1000)  # NOTE [skipped samples]
         self.skipped_total = 0
@@ -126,22 +148,45 @@ class Engine:
                 f"(created in pid {self.pid}, used in pid {os.getpid()})"
             )
 
-    def start_epoch(self) -> int:
+    def start_epoch(self) -> tuple[int, int]:
+        """Start a pass: (its epoch, its pass id)."""
         self.check_usable()
-        if self.active_epoch is not None:
-            self.superseded.add(self.active_epoch)
-            self.abort_epoch()
-        e = self.active_epoch = self.next_epoch
+        self._end_abandoned()
+        if self.plan.iterable:  # NOTE [several passes]: one pass at a time
+            for old in list(self.live):
+                self.superseded[self.passes[old]] = (
+                    "iter(loader) was called again, and a plain iterable dataset's workers "
+                    "iterate one pass at a time")
+                self.abort_epoch(old)
+        e = self.next_epoch
         self.next_epoch += 1
-        self.consumed = self.resume[1] if self.resume is not None and self.resume[0] == e else 0
+        position = self.resume[1] if self.resume is not None and self.resume[0] == e else 0
         self.resume = None
+        self.live[e] = position
+        self.queued[e] = max(self.queued.get(e, position), position)
+        token = self.passes[e] = next(self._pass_ids)
         self.epoch_skips = []
         self.deaths.new_epoch()
-        if self.cursor.epoch < e:
-            self.cursor.seek(e)
         if self.pool is not None:
             self.memwatch.epoch_started(self.pool.pids(), self.suspects)
-        return e
+        return e, token
+
+    @property
+    def active_epoch(self) -> int | None:
+        """The newest live pass's epoch (None: none is live)."""
+        return next(reversed(self.live), None)
+
+    def abandon(self, epoch: int, token: int) -> None:
+        """An iterator was dropped (any thread: only noted, NOTE [several passes])."""
+        self.abandoned.append((epoch, token))
+
+    def _end_abandoned(self) -> None:
+        while self.abandoned:
+            e, token = self.abandoned.popleft()
+            if e in self.live and self.passes.get(e) == token:  # unfinished: state_dict()
+                # still says where it was left
+                self.left = (e, self.live[e])
+                self.abort_epoch(e)
 
     def suspects(self) -> list[str]:
         return unshared(self.sharing, self.dataset)
@@ -151,31 +196,35 @@ class Engine:
         shared = sum(c["bytes"] for c in self.sharing.converted) if self.sharing else 0
         return self.memwatch.report(pids, shared)
 
-    def abort_epoch(self) -> None:
-        """Drop the rest of the active epoch (break, error, or a new iter())."""
-        e = self.active_epoch
-        if e is None:
+    def abort_epoch(self, e: int) -> None:
+        """Drop the rest of pass ``e`` (an error, load_state_dict, its iterator dropped)."""
+        if self.live.pop(e, None) is None:
             return
-        self.active_epoch = None
+        self.passes.pop(e, None)
+        self.queued.pop(e, None)
+        self.lost.pop(e, None)
         if self.slots is not None:
             self.slots.drop_tasks(e)
-        if self.cursor.epoch == e:
-            self.cursor.seek(e + 1)
 
-    def next_batch(self, epoch: int) -> Any:
+    def _end(self, e: int) -> None:
+        """Pass ``e`` delivered its last batch."""
+        self.live.pop(e, None)
+        self.passes.pop(e, None)
+        self.queued.pop(e, None)
+        self.lost.pop(e, None)
+
+    def next_batch(self, epoch: int, token: int) -> Any:
         self.check_usable()
-        if self.active_epoch != epoch:
-            if epoch not in self.superseded:
+        if self.passes.get(epoch) != token:
+            why = self.superseded.get(token)
+            if why is None:
                 raise StopIteration  # ended normally, or with an error already raised
-            raise RuntimeError(
-                "this epoch's iterator was superseded: iter(loader) was called again (a new "
-                "epoch started) or the epoch ended with an error"
-            )
+            raise RuntimeError(f"this epoch's iterator was superseded: {why}")
         total = self.plan.nbatches_of(epoch)
-        if self.consumed >= total:
-            self.active_epoch = None
+        b = self.live[epoch]
+        if b >= total:
+            self._end(epoch)
             raise StopIteration
-        b = self.consumed
         if b == 1 and self.pool is not None:
             self.memwatch.first_batch_out(self.pool.pids())
         try:
@@ -183,10 +232,11 @@ class Engine:
             if batch is _ENDED:  # NOTE [iterable datasets]: every worker's iterator ended
                 raise StopIteration
         except BaseException as e:
-            if self.consumed == b:  # NOTE [errors do not end the epoch]
-                self.abort_epoch()
-            elif self.consumed >= total:
-                self.active_epoch = None
+            now = self.live.get(epoch)
+            if now == b:  # NOTE [errors do not end the epoch]
+                self.abort_epoch(epoch)
+            elif now is not None and now >= total:
+                self._end(epoch)
             if self.closed and isinstance(e, Exception) and not isinstance(e, LoaderClosedError):
                 # closed by another thread (Pool.close) mid-batch: whatever broke under us (a
                 # closed bell or ring, slots gone) is that, and is said so
@@ -194,9 +244,9 @@ class Engine:
                     f"this Loader was closed while it loaded a batch ({self.closed_reason})"
                 ) from e
             raise
-        self.consumed += 1
-        if self.consumed >= total:
-            self.active_epoch = None
+        self.live[epoch] = b + 1
+        if b + 1 >= total:
+            self._end(epoch)
         return (batch, self.plan.mask(epoch, b)) if self.cfg.return_mask else batch
 
     def _inprocess_batch(self, epoch: int, b: int) -> Any:
@@ -207,7 +257,7 @@ class Engine:
             self.layout, batch = filler.load(self.layout, plan.batch(epoch, b), plan.rows,
                                              plan.seed, epoch, self.cfg.sample_spec)
         except Exception:
-            self.consumed += 1  # NOTE [errors do not end the epoch]
+            self.live[epoch] = b + 1  # NOTE [errors do not end the epoch]
             raise
         if filler.skipped:
             self._note_skips(epoch, filler.skipped)
@@ -216,25 +266,34 @@ class Engine:
     # -- the worker path ---------------------------------------------------------------------
     def _worker_batch(self, epoch: int) -> Any:
         if self.slots is None:
-            self._setup_region()
+            self._setup_region(epoch)
         assert (slots := self.slots) is not None
-        if self.pending or time.monotonic() - self._last_check > POLL_INTERVAL_S:
-            self._check_workers()  # also while data flows: a worker may have died idle
+        if self.pending or self.lost or time.monotonic() - self._last_check > POLL_INTERVAL_S:
+            self._check_workers(epoch)  # also while data flows: a worker may have died idle
         plan = self.plan
+        room: Deadline | None = None
         while True:
-            self._refill()
-            if plan.iterable and plan.all_ended(epoch) and (
-                    not slots.inflight or slots.inflight[0].epoch != epoch):
-                return _ENDED
-            task = slots.inflight[0]
-            assert task.epoch == epoch and (plan.iterable or task.batch == self.consumed)
-            word = self._wait_slot(task.slot)
-            slots.inflight.popleft()
+            self._refill(epoch)
+            task = slots.first_of(epoch)
+            if task is None:
+                if plan.iterable and plan.all_ended(epoch):
+                    return _ENDED
+                # NOTE [several passes]: no slot for this pass yet (the others' tasks are
+                # being loaded): wait for one to come free
+                room = room or Deadline(self.cfg.timeout, self.cfg.on_stall)
+                self._check_workers(epoch)
+                room.check(lambda: "no slot came free for this pass: the loader's other "
+                           "passes and held batches use them all")
+                time.sleep(0.001)
+                continue
+            assert plan.iterable or task.batch == self.live[epoch]
+            word = self._wait_slot(task.slot, epoch)
+            slots.take(task)
             assert self.mail is not None and self.layout is not None
             info, spilled = slots.ring.slot_info(task.slot), None  # info["pid"]: who published
             if _ring.state_bits(word)[0] == _ring.FAILED:
                 slots.release(task.slot)
-                self.consumed += 1  # its samples raised: the next next() goes on with the next
+                self.live[epoch] += 1  # its samples raised: the next next() goes on
                 what = f"batch {task.batch} of epoch {epoch}"
                 self.mail.raise_failure(task.slot, task.seq, word, what, info["pid"])
             if not plan.done(epoch, task.batch, info["rows"], info["flags"]):
@@ -256,7 +315,7 @@ class Engine:
                     raise
             batch = slots.deliver(task.slot, info["rows"], info["var_bytes"], spilled,
                                   self.cfg.copy, self.cfg.max_held)
-            self._refill()
+            self._refill(None)
             return batch
 
     def _note_skips(self, epoch: int, records: list[tuple[Any, ...]]) -> None:
@@ -289,21 +348,83 @@ class Engine:
                 "Fix the dataset (or raise max_skips); stats()['skipped'] lists them all",
                 list(got))
 
-    def _refill(self) -> None:
-        slots, pool, plan, cursor = self.slots, self.pool, self.plan, self.cursor
+    def _refill(self, want: int | None) -> None:
+        """Queue tasks (NOTE [several passes]): first the next batch of pass ``want`` if it has
+        none in flight, then up to the prefetch depth, the live epoch with the fewest tasks in
+        flight first, then one epoch ahead."""
+        slots, pool, plan = self.slots, self.pool, self.plan
         assert slots is not None and pool is not None
+        self._end_abandoned()
         slots.reap()
-        cur = self.active_epoch if self.active_epoch is not None else self.next_epoch
-        if cursor.halfway(cur):
-            plan.prepare(cur + 1)  # shuffle the next epoch halfway through this one
+        queued = False
+        if want is not None and slots.first_of(want) is None and self._left(want):
+            if not slots.free:
+                self._make_room(want)
+            if slots.free:
+                queued = self._queue(want)
         while slots.can_queue(self.cfg.depth):
-            task = cursor.next(cur)
-            if task is None:
+            e = self._pick()
+            if e is None or not self._queue(e):
                 break
-            slots.queue(task[0], task[1], plan.batch(*task), plan.seed, plan.target(*task))
+            queued = True
+        newest = self.active_epoch
+        if newest is not None and 2 * self.queued.get(newest, 0) >= plan.nbatches_of(newest):
+            plan.prepare(newest + 1)  # shuffle the next epoch halfway through this one
+        if queued:
             pool.bell.ring()
 
-    def _wait_slot(self, slot: int) -> int:
+    def _left(self, e: int) -> bool:
+        """Whether epoch ``e`` has batches not yet queued."""
+        return self.queued.get(e, 0) < self.plan.nbatches_of(e)
+
+    def _pick(self) -> int | None:
+        """The epoch to queue a task of next: the live one with the fewest tasks in flight
+        (the oldest of equals), else the next epoch (never with a batch plan: NOTE [batch
+        plans]), else None."""
+        slots = self.slots
+        assert slots is not None
+        best: tuple[int, int] | None = None
+        for e in self.live:
+            if self._left(e):
+                n = slots.count_of(e)
+                if best is None or n < best[0]:
+                    best = (n, e)
+        if best is not None:
+            return best[1]
+        ahead = self.next_epoch
+        if not self.plan.ahead or (self.live and ahead != max(self.live) + 1):
+            return None
+        self.queued.setdefault(ahead, 0)
+        if self.plan.nbatches_of(ahead) == 0 or not self._left(ahead):
+            return None
+        return ahead
+
+    def _queue(self, e: int) -> bool:
+        assert self.slots is not None
+        b = self.queued.get(e, 0)
+        if b >= self.plan.nbatches_of(e) or not self.slots.free:
+            return False
+        self.queued[e] = b + 1
+        plan = self.plan
+        self.slots.queue(e, b, plan.batch(e, b), plan.seed, plan.target(e, b))
+        return True
+
+    def _make_room(self, want: int) -> None:
+        """No free slot for pass ``want``'s next batch: give up the newest task of the epoch
+        with the most in flight (it is queued again when its pass needs it)."""
+        slots = self.slots
+        assert slots is not None
+        counts = {e: slots.count_of(e) for e in {t.epoch for t in slots.inflight}}
+        counts.pop(want, None)
+        if not counts:
+            return  # every slot is held by the user or still loading an abandoned task
+        e = max(counts, key=lambda k: (counts[k], k))
+        task = slots.drop_newest(e)
+        if task is not None:
+            self.queued[e] = task.batch
+            slots.reap()
+
+    def _wait_slot(self, slot: int, epoch: int) -> int:
         """The slot's word once READY or FAILED (FREE: NOTE [pool callbacks])."""
         assert self.slots is not None
         ring, wait = self.slots.ring, Deadline(self.cfg.timeout, self.cfg.on_stall)
@@ -311,56 +432,56 @@ class Engine:
             word = ring.wait(slot, wait.step())
             if word >= 0 and _ring.state_bits(word)[0] != _ring.FREE:
                 return int(word)
-            self._check_workers()  # waits for the pool's lock: the verdict is in pending then
+            self._check_workers(epoch)  # waits for the pool's lock: the verdict is there then
             wait.check(lambda: self.slots.why_late(slot))  # type: ignore[union-attr]
             time.sleep(0.001 if word >= 0 else 0)  # (never spin on a FREE slot)
 
     # -- the first sample and the region -----------------------------------------------------
-    def _send_probe(self) -> None:
+    def _send_probe(self, e: int | None = None) -> None:
         """Ask a worker (0, for a map-style dataset) for the layout of the next batch's first
         sample; NOTE [first samples]: the first time, also have each other worker load the
         first sample of a later batch."""
         assert self.mail is not None and self.pool is not None
-        e = self.active_epoch if self.active_epoch is not None else self.next_epoch
+        if e is None:
+            e = self.active_epoch if self.active_epoch is not None else self.next_epoch
+        b = self.live.get(e, 0)
         warm = 0 if self.warmed else self.cfg.num_workers
-        firsts = self.plan.probe_tasks(e, self.consumed, warm)
+        firsts = self.plan.probe_tasks(e, b, warm)
         if not firsts:
             return
         (to, sample), rest = firsts[0], firsts[1:]
         alternates: tuple[int, ...] = ()
         if self.cfg.on_error == "skip":  # NOTE [skipped samples]: the rest of its batch
-            alternates = tuple(int(i) for i in self.plan.batch(e, self.consumed)[1:])
+            alternates = tuple(int(i) for i in self.plan.batch(e, b)[1:])
         self.mail.send_probe(m.Probe(self.cid, sample, self.plan.rows, self.plan.seed, e,
                                      self.cfg.sample_spec, alternates=alternates), rest, to)
         self.warmed = True
 
-    def _setup_region(self) -> None:
+    def _setup_region(self, e: int) -> None:
         """Wait for worker 0's layout, then create the region and attach every worker."""
         pool, mail = self.pool, self.mail
         assert pool is not None and mail is not None
         wait = Deadline(self.cfg.timeout, self.cfg.on_stall, stall_now=False)
         while True:
             if mail.probe is None:
-                self._send_probe()
+                self._send_probe(e)
             pool.pump(mail.probe_worker, POLL_INTERVAL_S)
             try:
                 mail.collect()
             except BaseException:
-                e = self.active_epoch
-                if mail.probe_failed and e is not None:  # the batch's first sample raised:
+                if mail.probe_failed and e in self.live:  # the batch's first sample raised:
                     mail.probe_failed = False  # that batch is consumed; nothing is queued yet
-                    self.consumed += 1
-                    if self.cursor.epoch == e:
-                        self.cursor.seek(e, max(self.cursor.batch, self.consumed))
+                    self.live[e] += 1
+                    self.queued[e] = max(self.queued.get(e, 0), self.live[e])
                 raise
             if mail.layout is not None:
                 break
             if mail.probe_ended is not None:  # NOTE [iterable datasets]: ask the next worker
                 (worker, pe), mail.probe_ended = mail.probe_ended, None
                 self.plan.ended(pe, worker)
-                if pe == self.active_epoch and self.plan.all_ended(pe):
+                if pe == e and self.plan.all_ended(pe):
                     raise StopIteration  # no worker's iterator has a sample this epoch
-            self._check_workers()
+            self._check_workers(e)
             if mail.probe_started:  # a slow process start is not a slow dataset: count from
                 wait.start_stall()  # when worker 0 starts loading the sample
             w = mail.probe_worker
@@ -384,13 +505,16 @@ class Engine:
                                    self.cfg.on_error == "skip"), region.fd)
 
     # -- messages and deaths -----------------------------------------------------------------
-    def _check_workers(self) -> None:
-        """Closed by another thread (pool.close())? Dead workers (any loader's)? Raise it here."""
+    def _check_workers(self, epoch: int) -> None:
+        """Closed by another thread (pool.close())? Dead workers (any loader's)? Raise here
+        what concerns pass ``epoch``: a death that cost it a batch, or any other error."""
         self.check_usable()
         if self.pool is None:
             return
         self._last_check = time.monotonic()
         self.pool.check()
+        if epoch in self.lost:
+            raise self.lost.pop(epoch)
         if self.pending:
             exc = self.pending.popleft()
             self.pending.clear()  # one error at a time: the rest concern the same deaths
@@ -416,11 +540,17 @@ class Engine:
             else:
                 lost[d.worker] = self.mail.probe_lost(d.worker)  # the first sample?
         verdict = self.deaths.judge(deaths, lost, bool(held))
+        ended: set[int] = set()  # live passes whose batch is abandoned: each raises the error
         if self.slots is not None:
             for i, s, epoch in held:
-                requeue = not (verdict.fatal and epoch == self.active_epoch)
+                requeue = not (verdict.fatal and epoch in self.live)
+                if not requeue:
+                    ended.add(epoch)
                 self.slots.ring.reclaim_slot(s, i, requeue)
-        if verdict.error is not None:
+        if verdict.error is not None and ended:
+            for epoch in ended:
+                self.lost[epoch] = verdict.error
+        elif verdict.error is not None:
             self.pending.append(verdict.error)
         elif verdict.warning is not None:
             log.warning("%s", verdict.warning)
@@ -436,7 +566,9 @@ class Engine:
         """NOTE [shutdown] (fastload/_pool.py, docs/design.md). Idempotent; never raises."""
         if self.closed or os.getpid() != self.pid:
             return
-        self.closed, self.closed_reason, self.active_epoch = True, reason, None
+        self.closed, self.closed_reason = True, reason
+        self.live.clear()
+        self.passes.clear()
         try:
             if self.slots is not None:
                 self.slots.ring.stop()  # step 1
@@ -458,22 +590,27 @@ class Engine:
     def state_dict(self) -> dict[str, Any]:
         if self.resume is not None:  # loaded, not yet iterated
             return self.plan.state(*self.resume)
-        if self.active_epoch is not None:
-            return self.plan.state(self.active_epoch, self.consumed)
+        self._end_abandoned()
+        if self.live:  # NOTE [several passes]: the oldest live pass
+            e = next(iter(self.live))
+            return self.plan.state(e, self.live[e])
+        if self.left is not None and self.left[0] == self.next_epoch - 1:
+            return self.plan.state(*self.left)  # the newest pass, left with break
         return self.plan.state(self.next_epoch, 0)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.check_usable()
         epoch, position = self.plan.restore(state)
-        if self.active_epoch is not None:
-            self.superseded.add(self.active_epoch)
-            self.abort_epoch()
+        for old in list(self.live):
+            self.superseded[self.passes[old]] = "load_state_dict() was called"
+            self.abort_epoch(old)
         if self.slots is not None:  # whatever ran ahead belongs to another order
             self.slots.drop_tasks()
         self.next_epoch = epoch
         self.resume = (epoch, position)
-        self.cursor.seek(epoch, position)
-        self.superseded = {e for e in self.superseded if e < epoch}
+        self.queued = {epoch: position}
+        self.left = None
+
 
     def stats(self) -> dict[str, Any]:
         slots, out = self.slots, dict[str, Any](self.counters)

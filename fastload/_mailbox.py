@@ -78,8 +78,10 @@ class Mailbox:
 
     def _note(self, i: int, msg: Any) -> None:
         if isinstance(msg, (m.BatchFailed, m.Spill)):
+            self._forget_before(msg.slot, msg.seq)
             self.msgs[(msg.slot, msg.seq)] = msg
         elif isinstance(msg, m.Skipped):
+            self._forget_before(msg.slot, msg.seq)
             self.skips[(msg.slot, msg.seq)] = msg
         elif isinstance(msg, m.ProbeStarted):
             self.probe_started = True
@@ -142,8 +144,7 @@ class Mailbox:
              box: dict[tuple[int, int], Any] | None = None) -> Any:
         """The message ``worker`` (process ``pid``, if known) sent about task ``seq`` in
         ``slot``, watching its liveness: None if it died before sending it (also when it was
-        restarted already: the new process never sends it). Tasks are delivered in seq order,
-        so messages of older tasks still filed belong to abandoned batches: they are dropped."""
+        restarted already: the new process never sends it)."""
         key = (slot, seq)
         msgs = self.msgs if box is None else box
         pool = self.pool
@@ -153,10 +154,8 @@ class Mailbox:
         wait = Deadline(self.timeout, None)
         while True:
             self.collect()
+            self._forget_before(slot, seq)  # the slot is at task seq now
             if key in msgs:
-                for filed in (self.msgs, self.skips):  # of abandoned batches
-                    for old in [k for k in filed if k[1] < seq]:
-                        del filed[old]
                 return msgs.pop(key)
             if not pool.is_alive(worker, incarnation):
                 pool.pump(worker, 0)  # it died: what it sent is all there is
@@ -168,6 +167,15 @@ class Mailbox:
                        "where it is)")
             pool.check()  # other workers that die meanwhile are restarted, not left dead
             pool.pump(worker, wait.step() or POLL_INTERVAL_S)
+
+    def _forget_before(self, slot: int, seq: int) -> None:
+        """Drop what was filed about tasks of ``slot`` older than ``seq``: a slot holds one
+        task at a time and seqs grow, so they were abandoned (a pass ended, a task re-queued).
+        Only the slot's own: several passes' tasks are not delivered in seq order (NOTE
+        [several passes] in _engine.py). At most one task's messages per slot stay filed."""
+        for filed in (self.msgs, self.skips):
+            for old in [k for k in filed if k[0] == slot and k[1] < seq]:
+                del filed[old]
 
     def clear(self) -> None:
         self.msgs.clear()

@@ -37,6 +37,9 @@ class EpochPlan:
     #: A plain iterable's plan (fastload/_iterable.py): batches targeted at one worker, whose
     #: number is known only once every worker's iterator has ended.
     iterable = False
+    #: Epochs whose orders and batches are kept whatever the epoch asked for (the live passes:
+    #: a batch plan's sampler cannot be asked twice for one epoch; NOTE [several passes]).
+    keep: Any = ()
 
     def __init__(
         self,
@@ -96,7 +99,7 @@ class EpochPlan:
                 total = self.n_local * self.world
                 valid = (np.arange(total) < self.n)[self.rank :: self.world]
                 o = np.resize(o, total)[self.rank :: self.world]
-            for old in [e for e in self._orders if e < epoch - 1]:
+            for old in [e for e in self._orders if e < epoch - 1 and e not in self.keep]:
                 del self._orders[old]
             got = self._orders[epoch] = (o, valid)
         return got
@@ -132,7 +135,7 @@ class EpochPlan:
                     bad = a[(a < 0) | (a >= self.n)][0]
                     raise IndexError(f"sampler index {bad} out of range for {self.n} samples")
                 p.append(a)
-            for old in [e for e in self._plans if e < epoch - 1]:
+            for old in [e for e in self._plans if e < epoch - 1 and e not in self.keep]:
                 del self._plans[old]
             self._plans[epoch] = p
         return p

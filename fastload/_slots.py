@@ -158,6 +158,36 @@ class SlotTable:
         self.ring.queue(task.slot, task.seq, task.epoch, count, task.target)
         self.inflight.appendleft(task)
 
+    def first_of(self, epoch: int) -> Task | None:
+        """The oldest task of ``epoch`` in flight (its next batch), if any."""
+        for task in self.inflight:
+            if task.epoch == epoch:
+                return task
+        return None
+
+    def count_of(self, epoch: int) -> int:
+        return sum(1 for task in self.inflight if task.epoch == epoch)
+
+    def take(self, task: Task) -> None:
+        """``task``'s slot is READY or FAILED: it is no longer in flight."""
+        if self.inflight and self.inflight[0] is task:
+            self.inflight.popleft()
+        else:
+            self.inflight.remove(task)
+
+    def drop_newest(self, epoch: int) -> Task | None:
+        """Abandon the newest task of ``epoch`` if its slot can be freed now (queued, or
+        loaded already: not while a worker loads it), to give its slot to another pass
+        (NOTE [several passes] in _engine.py); the task abandoned, or None."""
+        for task in reversed(self.inflight):
+            if task.epoch == epoch:
+                if _ring.state_bits(self.ring.state(task.slot))[0] == _ring.CLAIMED:
+                    return None
+                self.inflight.remove(task)
+                self.drop(task.slot)
+                return task
+        return None
+
     def drop(self, slot: int) -> None:
         """Abandon the task in ``slot``: freed now if no worker has it, else once it is done."""
         if self.ring.cancel(slot) or _ring.state_bits(self.ring.state(slot))[0] == _ring.FREE:

@@ -370,7 +370,7 @@ class StreamPlan(EpochPlan):
         if got is None:
             rest = self.rest.get(epoch)
             got = self._split(rest[0] if rest is not None else np.arange(self.n, dtype=np.int64))
-            for old in [e for e in self._orders if e < epoch - 1]:
+            for old in [e for e in self._orders if e < epoch - 1 and e not in self.keep]:
                 del self._orders[old]
             self._orders[epoch] = got
         return got

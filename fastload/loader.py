@@ -40,13 +40,21 @@ class _EpochIterator(Iterator[Any]):
         # Keeps the loader alive while its epoch is iterated: ``for b in Loader(...)`` would
         # otherwise close the loader (its finalizer runs) right after iter().
         self._loader = loader
-        self.epoch = engine.start_epoch()
+        self.epoch, self._pass = engine.start_epoch()
 
     def __iter__(self) -> _EpochIterator:
         return self
 
     def __next__(self) -> Any:
-        return self._engine.next_batch(self.epoch)
+        return self._engine.next_batch(self.epoch, self._pass)
+
+    def __del__(self) -> None:
+        # Dropped unfinished (break, garbage): its pass ends and frees its slots at the
+        # engine's next step (NOTE [several passes] in _engine.py); noted only, as this may
+        # run in any thread.
+        engine = getattr(self, "_engine", None)
+        if engine is not None and getattr(self, "_pass", None) is not None:
+            engine.abandon(self.epoch, self._pass)
 
     def __len__(self) -> int:
         plan = self._engine.plan  # (a batch plan is not asked before the epoch's first next())

@@ -425,6 +425,32 @@ def test_an_error_does_not_end_the_iterator_as_in_torch(num_workers):
     assert got == want and got[4] == "KeyError" and got[5] == [5.0]
 
 
+@pytest.mark.timeout(MP_TIMEOUT)
+def test_two_live_iterators_of_one_loader_as_in_torch():
+    # torch allows several iterators of one DataLoader at once (zip(dl, dl), a validation pass
+    # inside a training pass); each is a whole pass of its own. torch's multiprocessing
+    # iterator draws its sampler when it is created, as fastload's front end does, so with
+    # shuffle both see the same permutations in the same order.
+    def passes(make):
+        torch.manual_seed(77)
+        dl = make(ArrayDS(), batch_size=4, shuffle=True, num_workers=2,
+                  multiprocessing_context="fork")
+        try:
+            pairs = [(a.clone(), b.clone()) for a, b in zip(dl, dl)]
+            a, b = iter(dl), iter(dl)  # interleaved by hand, b finished first
+            first = [next(a).clone()]
+            second = [x.clone() for x in b]
+            first += [x.clone() for x in a]
+            return pairs, first, second
+        finally:
+            getattr(dl, "close", lambda: None)()
+
+    want, got = passes(TorchDataLoader), passes(DataLoader)
+    same(got, want)
+    assert len(got[0]) == len(DataLoader(ArrayDS(), batch_size=4))
+    assert not torch.equal(got[1][0], got[2][0])  # two passes, two permutations
+
+
 def test_settings_torch_freezes_are_frozen_and_the_class_is_generic():
     dl = DataLoader(ArrayDS(), batch_size=4)
     ref = TorchDataLoader(ArrayDS(), batch_size=4)

@@ -24,6 +24,7 @@ from helpers.datasets import (
     Nested,
     NoLen,
     Objects,
+    OddBig,
     PidDataset,
     Point,
     Range,
@@ -540,35 +541,103 @@ def test_two_loaders_interleaved_with_zip(nw):
 
 @mp_test
 @pytest.mark.parametrize("nw", [0, 2])
-def test_new_iteration_supersedes_the_old_iterator(nw):
+def test_a_new_iteration_is_a_pass_of_its_own_and_the_old_one_goes_on(nw):
+    """NOTE [several passes]: as with torch's DataLoader, every iter() is an independent pass
+    (its own epoch, in the order the passes started), and the old iterator goes on."""
     ref = reference_orders(20, 2, seed=9, epochs=2)
     with fastload.Loader(Range(20), 2, shuffle=True, seed=9, num_workers=nw) as loader:
         it1 = iter(loader)
         assert next(it1).tolist() == ref[0][:2]
         it2 = iter(loader)
-        with pytest.raises(RuntimeError):
-            next(it1)
-        with pytest.raises(RuntimeError):
-            next(it1)
-        got = [i for b in it2 for i in b.tolist()]
-        assert got == ref[1]
+        assert (it1.epoch, it2.epoch) == (0, 1)
+        assert next(it1).tolist() == ref[0][2:4]
+        got2 = [i for b in it2 for i in b.tolist()]
+        got1 = ref[0][:4] + [i for b in it1 for i in b.tolist()]
+        assert (got1, got2) == (ref[0], ref[1])
+
+
+@mp_test
+def test_passes_whose_batches_travel_by_the_pipe_keep_each_others_messages():
+    # A batch too big for its slot is sent by the pipe, filed by (slot, seq). The second pass
+    # takes batches whose seqs are newer than the first pass's still in flight: taking them
+    # must not drop the first pass's messages as stale (each then waits for a message that
+    # never comes again).
+    with fastload.Loader(OddBig(16), 2, num_workers=2, prefetch=2, timeout=20) as loader:
+        it1 = iter(loader)
+        first = [next(it1)]
+        second = list(iter(loader))
+        first += list(it1)
+        for got in (first, second):
+            assert [b[0].tolist() for b in got] == [[i, i + 1] for i in range(0, 16, 2)]
+            assert all(b[1][1] == "x" * 300_000 for b in got)
+        assert loader.stats()["spilled_batches"] >= 8
 
 
 @mp_test
 @pytest.mark.parametrize("nw", [0, 2])
-def test_every_superseded_iterator_raises(nw):
-    """Not only the most recently superseded iterator: every old one raises RuntimeError."""
+def test_zip_of_three_passes_interleaves_without_starving_any(nw):
+    ref = reference_orders(30, 3, seed=4, epochs=3)
+    with fastload.Loader(Range(30), 3, shuffle=True, seed=4, num_workers=nw, prefetch=1,
+                         max_held=1) as loader:
+        got: list[list[int]] = [[], [], []]
+        for a, b, c in zip(loader, loader, loader):
+            for k, x in enumerate((a, b, c)):
+                got[k] += x.tolist()
+            del a, b, c
+        assert got == ref
+        if nw:
+            ring = loader.stats()["ring"]
+            assert ring["published"] >= 30  # every batch was loaded by a worker
+
+
+@mp_test
+@pytest.mark.parametrize("nw", [0, 2])
+def test_a_validation_pass_inside_a_training_pass(nw):
+    """One loader for training and validation (Lightning's val_check_interval): a whole pass
+    inside another leaves the outer one where it was; state_dict() is the outer pass's."""
+    ref = reference_orders(24, 4, seed=2, epochs=3)
+    with fastload.Loader(Range(24), 4, shuffle=True, seed=2, num_workers=nw) as loader:
+        train, vals = [], []
+        for k, b in enumerate(loader):
+            train += b.tolist()
+            if k == 2:
+                vals.append([i for v in loader for i in v.tolist()])
+                state = loader.state_dict()
+        assert train == ref[0] and vals == [ref[1]]
+        assert (state["epoch"], state["position"]) == (0, 3)
+        assert [i for b in loader for i in b.tolist()] == ref[2]
+
+
+@mp_test
+@pytest.mark.parametrize("nw", [0, 2])
+def test_an_iterator_dropped_unfinished_frees_its_slots(nw):
+    with fastload.Loader(Range(40), 2, num_workers=nw, prefetch=2) as loader:
+        for _ in range(30):  # far more abandoned passes than the loader has slots
+            it = iter(loader)
+            next(it)
+            del it
+        assert [i for b in loader for i in b.tolist()] == list(range(40))
+        assert len(loader._engine.live) == 0
+        if nw:
+            slots = loader._engine.slots
+            assert not slots.inflight or {t.epoch for t in slots.inflight} == {31}
+
+
+@mp_test
+@pytest.mark.parametrize("nw", [0, 2])
+def test_load_state_dict_supersedes_every_live_pass(nw):
     with fastload.Loader(Range(20), 2, num_workers=nw) as loader:
         it1 = iter(loader)
         next(it1)
         it2 = iter(loader)
         next(it2)
-        it3 = iter(loader)
-        with pytest.raises(RuntimeError):
-            next(it1)
-        with pytest.raises(RuntimeError):
-            next(it2)
-        assert [i for b in it3 for i in b.tolist()] == list(range(20))
+        state = loader.state_dict()  # the oldest live pass: epoch 0 after one batch
+        assert (state["epoch"], state["position"]) == (0, 1)
+        loader.load_state_dict(state)
+        for it in (it1, it2):
+            with pytest.raises(RuntimeError, match="superseded: load_state_dict"):
+                next(it)
+        assert [i for b in loader for i in b.tolist()] == list(range(2, 20))
 
 
 @pytest.mark.parametrize("nw", [0])

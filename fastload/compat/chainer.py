@@ -275,7 +275,7 @@ class MultiprocessIterator(_ChainerIterator):  # type: ignore[misc]
         """Forget what was planned past the batches received (the next block starts anew)."""
         self._pending.clear()
         self._plan_state = None
-        self._block = None  # its Loader epoch is superseded by the next iter()
+        self._block = None  # dropped, its Loader pass ends (NOTE [several passes])
 
     # -- batches -----------------------------------------------------------------------------
     def __next__(self) -> list[Any]:

@@ -430,3 +430,19 @@ class RaisesAt:
         if i in self.bad:
             raise ValueError(f"sample {i} is bad")
         return np.int64(i)
+
+
+class OddBig:
+    """Sample i: (i, a string of ``big`` chars if i is odd, else a short one): with batches of
+    2 and no shuffle, every batch's objects outgrow the slot (sized from sample 0) and travel
+    by the pipe (a Spill message)."""
+
+    def __init__(self, n: int, big: int = 300_000):
+        self.n = n
+        self.big = big
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        return (i, "x" * self.big if i % 2 else "s")
