@@ -49,11 +49,16 @@ __all__ = [
     "WorkerDied",
     "WorkerError",
     "backend",
+    "doctor",
     "__version__",
 ]
 
 
 def __getattr__(name: str) -> object:
+    if name == "doctor":  # imported when first used (NOTE [doctor] in _doctor.py)
+        from ._doctor import doctor
+
+        return doctor
     if name == "WorkerCrashedError":  # deprecated alias of WorkerDied (fastload.errors)
         from . import errors
 

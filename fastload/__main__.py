@@ -1,4 +1,4 @@
-"""``python -m fastload bench|info``."""
+"""``python -m fastload bench|doctor|info``."""
 
 from __future__ import annotations
 
@@ -157,18 +157,25 @@ def _info() -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m fastload {bench,info} [options]\n"
-              "  bench  run the built-in synthetic benchmark (python -m fastload bench --help)\n"
-              "  info   versions and platform features, for bug reports")
+        print("usage: python -m fastload {bench,doctor,info} [options]\n"
+              "  bench   run the built-in synthetic benchmark (python -m fastload bench --help)\n"
+              "  doctor  measure your dataset here and recommend settings\n"
+              "          (python -m fastload doctor my_module:make_dataset --batch-size 64)\n"
+              "  info    versions and platform features, for bug reports")
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     if cmd == "bench":
         from fastload._bench import main as bench_main
 
         return int(bench_main(rest) or 0)
+    if cmd == "doctor":
+        from fastload._doctor import main as doctor_main
+
+        return doctor_main(rest)
     if cmd == "info":
         return _info()
-    print(f"python -m fastload: unknown command {cmd!r} (use bench or info)", file=sys.stderr)
+    print(f"python -m fastload: unknown command {cmd!r} (use bench, doctor or info)",
+          file=sys.stderr)
     return 2
 
 
