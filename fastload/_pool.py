@@ -62,6 +62,23 @@ def unguarded_main_text() -> str:
     )
 
 
+def preload_in_fork_server(ctx: Any) -> None:
+    """NOTE [forkserver leftovers] (fastload/_fsexit.py): add fastload._fsexit to the fork
+    server's preload list, unless the server runs already (its list is then fixed) or has it."""
+    try:
+        from multiprocessing import forkserver
+
+        server: Any = forkserver._forkserver  # private: read only, and guarded
+        preload = list(server._preload_modules)
+        if server._forkserver_pid is not None or "fastload._fsexit" in preload:
+            return
+    except (ImportError, AttributeError, TypeError):  # another Python's internals: leave them
+        return
+    # The default list is ["__main__"] (the server imports the main module once, its workers
+    # then start with it imported); keep whatever the user set.
+    ctx.set_forkserver_preload([*(preload or ["__main__"]), "fastload._fsexit"])
+
+
 def refuse_unguarded_main() -> None:
     """NOTE [unguarded main]
     Under spawn and forkserver a worker re-imports the user's main module before it runs
@@ -161,6 +178,8 @@ class WorkerPool:
             )
         self.start_method = method
         self.ctx: Any = mp.get_context(method)  # typeshed: BaseContext lacks .Process
+        if method == "forkserver":
+            preload_in_fork_server(self.ctx)
         self.num_workers = num_workers
         self.seed = seed
         self.worker_init = worker_init
