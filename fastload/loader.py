@@ -351,6 +351,8 @@ class Loader:
     def __len__(self) -> int:
         assert self._engine is not None
         e = self._engine
+        if e.plan.batch_plan is not None:  # not asked before its epoch's first next()
+            return e.plan.nbatches
         return e.plan.user_len(e.active_epoch if e.active_epoch is not None else e.next_epoch)
 
     def __iter__(self) -> _EpochIterator:

@@ -6,6 +6,7 @@ import gc
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -593,6 +594,90 @@ def test_lightnings_own_recreation_keeps_fastload():
     same(list(new), list(TorchDataLoader(ArrayDS(), batch_size=4, sampler=sampler)))
     new.close()
     dl.close()
+
+
+@pytest.mark.timeout(MP_TIMEOUT * 2)
+def test_lightning_trains_and_validates_on_one_loader_as_with_torchs():
+    # val_check_interval=0.5 runs validation in the middle of each training epoch, on the same
+    # loader: two live iterators (NOTE [several passes]). Every batch, in order, as torch's.
+    L = pytest.importorskip("lightning", reason="lightning is not installed on this machine")
+
+    class Model(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(3, 1)
+            self.seen = []
+
+        def training_step(self, batch, i):
+            self.seen.append(("train", self.current_epoch, batch[:, 0].int().tolist()))
+            return self.layer(batch).sum()
+
+        def validation_step(self, batch, i):
+            self.seen.append(("val", self.global_step, batch[:, 0].int().tolist()))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def fit(make):
+        torch.manual_seed(0)
+        dl = make(ArrayDS(40), batch_size=4, num_workers=2, shuffle=True)
+        model = Model()
+        trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=2, val_check_interval=0.5,
+                            logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False, num_sanity_val_steps=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Lightning's advice on shuffled validation
+            trainer.fit(model, train_dataloaders=dl, val_dataloaders=dl)
+        getattr(dl, "close", lambda: None)()
+        return model.seen
+
+    want, got = fit(TorchDataLoader), fit(DataLoader)
+    assert got == want
+    assert sum(k == "train" for k, *_ in got) == 20 and sum(k == "val" for k, *_ in got) == 40
+    for epoch in (0, 1):  # each training epoch is the whole dataset
+        rows = sorted(x for k, e, b in got if k == "train" and e == epoch for x in b)
+        assert rows == list(range(40))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.timeout(MP_TIMEOUT * 3)
+@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("split", ["split", "nosplit"])
+def test_accelerate_prepare_keeps_fastload_and_gives_each_rank_its_share(world, split, tmp_path):
+    # NOTE [accelerate]: prepare() rebuilds the loader; the rebuilt inner loader is fastload's,
+    # and every rank gets what it gets from torch's DataLoader prepared the same way.
+    pytest.importorskip("accelerate", reason="accelerate is not installed on this machine")
+    script = os.path.join(os.path.dirname(__file__), "helpers", "accelerate_ranks.py")
+    n = 40
+    if world == 1:
+        cmd = [sys.executable, script, str(tmp_path), split, str(n)]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}",
+               f"--master_port={_free_port()}", script, str(tmp_path), split, str(n)]
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK")}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=MP_TIMEOUT * 3, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ranks = [__import__("json").loads((tmp_path / f"rank{k}.json").read_text())
+             for k in range(world)]
+    per_rank = n // world
+    for d in ranks:
+        assert d["world"] == world
+        assert d["inner"] == "fastload.compat.torch" and d["published"] >= 1  # fastload's workers
+        assert d["got"] == d["ref"]  # what torch's loader gives this rank under accelerate
+        for epoch in d["got"]:
+            assert sum(len(b) for b in epoch) == per_rank
+            assert all(len(b) == (2 if split == "split" and world == 2 else 4) for b in epoch)
+    for e in range(2):  # the ranks' shares: disjoint, together the whole dataset
+        rows = sorted(x for d in ranks for b in d["got"][e] for x in b)
+        assert rows == list(range(n))
+    assert ranks[0]["got"][0] != ranks[0]["got"][1]  # reshuffled per epoch (set_epoch)
 
 
 def test_one_rank_of_several_with_torchs_default_sampler_is_warned(monkeypatch):

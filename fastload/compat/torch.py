@@ -72,7 +72,8 @@ from fastload.compat._leaves import T_OBJ, encode, tag_of
 from fastload.errors import LayoutMismatchError, LoaderTimeoutError
 from fastload.loader import Loader
 
-__all__ = ["DataLoader", "DataLoaderTimeoutError", "DataLoaderCollateError"]
+__all__ = ["DataLoader", "DataLoaderTimeoutError", "DataLoaderCollateError",
+           "keep_fastload_in_accelerate"]
 
 
 class DataLoaderTimeoutError(LoaderTimeoutError, RuntimeError):
@@ -386,6 +387,7 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
         self._iterator = None  # torch's attribute; fastload's iterators are not kept here
         self._max_held = max_held
         self._copy = copy
+        keep_fastload_in_accelerate()  # NOTE [accelerate]: once accelerate is imported
         self._plans: dict[int, list[Any]] = {}
         self._iterable = iterable
         self._IterableDataset_len_called: int | None = None  # torch's name: see __len__
@@ -555,6 +557,71 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
         )
 
 
+def keep_fastload_in_accelerate() -> bool:
+    """NOTE [accelerate]
+    ``Accelerator.prepare(dl)`` does not wrap a DataLoader: it builds a new one
+    (``accelerate.data_loader.DataLoaderShard``, around a *torch* ``DataLoader`` it constructs
+    from ``dl``'s attributes with its own ``BatchSamplerShard``), so a fastload DataLoader would
+    come back as torch's: right data, rank by rank, but loaded by torch's workers. Once this has
+    run, accelerate's ``prepare_data_loader`` and ``skip_first_batches`` build that inner
+    DataLoader as a fastload DataLoader whenever the loader handed to them is one (torch's
+    loaders are left to accelerate as they are; fastload's ``max_held`` and ``copy`` carry
+    over). accelerate builds the inner loader by a module-level name, ``DataLoader``, which is
+    swapped for fastload's for the duration of that one call. Run when this module is imported
+    and when a DataLoader is created, if accelerate is imported by then; call it yourself if you
+    import accelerate after creating your loaders. Returns whether accelerate is hooked.
+    """
+    import sys
+
+    if "accelerate" not in sys.modules:
+        return False
+    try:
+        import accelerate.accelerator as acc
+        import accelerate.data_loader as adl
+    except ImportError:
+        return False
+    for module in (acc, adl):
+        for name in ("prepare_data_loader", "skip_first_batches"):
+            fn = getattr(module, name, None)
+            if fn is not None and not getattr(fn, "_fastload", False):
+                setattr(module, name, _rebuilding_fastload(fn, adl))
+    return True
+
+
+def _fastload_source(obj: Any) -> DataLoader[Any] | None:
+    """The fastload DataLoader behind what accelerate was handed (itself, or a DataLoaderShard
+    around one, for skip_first_batches)."""
+    for dl in (obj, getattr(obj, "base_dataloader", None)):
+        if isinstance(dl, DataLoader):
+            return dl
+    return None
+
+
+def _rebuilding_fastload(fn: Any, adl: Any) -> Any:
+    import functools
+
+    @functools.wraps(fn)
+    def call(dataloader: Any = None, *args: Any, **kwargs: Any) -> Any:
+        src = _fastload_source(dataloader)
+        if src is None:
+            return fn(dataloader, *args, **kwargs)
+        torch_dl = adl.DataLoader
+
+        def build(dataset: Any, *a: Any, **kw: Any) -> DataLoader[Any]:
+            kw.setdefault("max_held", src._max_held)
+            kw.setdefault("copy", src._copy)
+            return DataLoader(dataset, *a, **kw)
+
+        adl.DataLoader = build
+        try:
+            return fn(dataloader, *args, **kwargs)
+        finally:
+            adl.DataLoader = torch_dl
+
+    call._fastload = True  # type: ignore[attr-defined]
+    return call
+
+
 def _convert(x: Any) -> Any:
     """torch's default_convert for one sample (batch_size=None): arrays -> tensors."""
     if isinstance(x, np.ndarray):
@@ -637,3 +704,6 @@ class _BatchIter:
 
             out = _pin(out, torch.accelerator.current_accelerator().type)
         return out
+
+
+keep_fastload_in_accelerate()  # NOTE [accelerate]: if accelerate was imported first
