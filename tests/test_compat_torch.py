@@ -680,6 +680,31 @@ def test_accelerate_prepare_keeps_fastload_and_gives_each_rank_its_share(world, 
     assert ranks[0]["got"][0] != ranks[0]["got"][1]  # reshuffled per epoch (set_epoch)
 
 
+@pytest.mark.timeout(MP_TIMEOUT * 4)
+def test_lightning_ddp_on_two_processes_shards_as_with_torchs(tmp_path):
+    # Lightning injects its DistributedSampler into the loader (re-created as type(dl)(...)):
+    # each of 2 ranks trains on its own half, batch for batch what torch's DataLoader gives it.
+    pytest.importorskip("lightning", reason="lightning is not installed on this machine")
+    script = os.path.join(os.path.dirname(__file__), "helpers", "lightning_ddp.py")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT")}
+    env["MASTER_PORT"] = str(_free_port())
+    runs = {}
+    for kind in ("torch", "fastload"):
+        r = subprocess.run([sys.executable, script, str(tmp_path), kind], capture_output=True,
+                           text=True, timeout=MP_TIMEOUT * 2, env=env, cwd=str(tmp_path))
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs[kind] = [__import__("json").loads((tmp_path / f"{kind}-rank{k}.json").read_text())
+                      for k in range(2)]
+    for want, got in zip(runs["torch"], runs["fastload"]):
+        assert got["world"] == 2 and got["types"] == ["fastload.compat.torch.DataLoader"]
+        assert got["seen"] == want["seen"] and len(got["seen"]) == 10  # 5 batches x 2 epochs
+    for e in range(2):  # each epoch: the ranks' halves are disjoint and cover the dataset
+        rows = sorted(x for d in runs["fastload"] for b in d["seen"][5 * e : 5 * e + 5]
+                      for x in b)
+        assert rows == list(range(40))
+
+
 def test_one_rank_of_several_with_torchs_default_sampler_is_warned(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
