@@ -705,6 +705,52 @@ def test_lightning_ddp_on_two_processes_shards_as_with_torchs(tmp_path):
         assert rows == list(range(40))
 
 
+@pytest.mark.timeout(MP_TIMEOUT * 3)
+def test_lightning_resumes_a_mid_epoch_checkpoint_with_the_exact_data_order(tmp_path):
+    # Lightning saves and restores the state_dict() of a loader that has one: a fastload.Loader
+    # resumed from a checkpoint taken mid-epoch goes on with the very next batch.
+    L = pytest.importorskip("lightning", reason="lightning is not installed on this machine")
+
+    class Model(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(3, 1)
+            self.seen = []
+
+        def training_step(self, batch, i):
+            x = torch.from_numpy(batch)
+            self.seen.append((self.current_epoch, x[:, 0].int().tolist()))
+            return self.layer(x).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    class Crash(L.Callback):  # after the checkpoint of step 13 (epoch 1, its 4th batch)
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 14:
+                raise RuntimeError("simulated crash")
+
+    def fit(model, callbacks=(), ckpt_path=None):
+        trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False,
+                            enable_progress_bar=False, enable_model_summary=False,
+                            enable_checkpointing=bool(callbacks), callbacks=list(callbacks),
+                            default_root_dir=str(tmp_path), num_sanity_val_steps=0)
+        with fastload.Loader(ArrayDS(40), 4, shuffle=True, seed=5, num_workers=2) as loader:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                trainer.fit(model, train_dataloaders=loader, ckpt_path=ckpt_path)
+
+    whole, crashed, resumed = Model(), Model(), Model()
+    fit(whole)
+    every13 = L.pytorch.callbacks.ModelCheckpoint(dirpath=str(tmp_path), every_n_train_steps=13,
+                                                  save_top_k=-1)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        fit(crashed, [every13, Crash()])
+    fit(resumed, ckpt_path=str(tmp_path / "epoch=1-step=13.ckpt"))
+    assert len(whole.seen) == 20 and len(resumed.seen) == 7
+    assert crashed.seen[:13] + resumed.seen == whole.seen
+
+
 def test_one_rank_of_several_with_torchs_default_sampler_is_warned(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
