@@ -43,6 +43,7 @@ import math
 import mmap
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import threading
@@ -75,6 +76,7 @@ __all__ = [
     "ratios",
     "evaluate_targets",
     "render_table",
+    "render_console",
     "render_targets",
     "plot_summaries",
     "machine_info",
@@ -716,10 +718,17 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
 
         def minflt() -> int:
             return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+        def cpu_split() -> tuple[float, float]:  # (user, system) CPU seconds of this process
+            u = resource.getrusage(resource.RUSAGE_SELF)
+            return u.ru_utime, u.ru_stime
     except ImportError:  # pragma: no cover - not POSIX
 
         def minflt() -> int:
             return 0
+
+        def cpu_split() -> tuple[float, float]:
+            return 0.0, 0.0
 
     if kind == "torch":
         import torch  # noqa: F401  (before the clock starts: first batch excludes the import)
@@ -791,6 +800,7 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
     samples_per_epoch: list[int] = []
     bytes_per_epoch: list[int] = []
     faults: list[int] = []  # minor page faults of this (consuming) process, per epoch
+    sys_frac: list[float] = []  # kernel share of this process's CPU time, per epoch
     first_batch_ns = None
     checksum = 0.0
     close_ns = 0
@@ -804,6 +814,7 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
             if e == min(1, epochs - 1):
                 cpu0, tree0 = _cpu_times(), _tree_ticks(os.getpid())
             f0 = minflt()
+            u0, s0 = cpu_split()
             t0 = clock()
             it = make_iter(e)
             t_it = clock()
@@ -840,6 +851,8 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
             epoch_ns.append(clock() - t0)
             wait_ns.append(w)
             faults.append(minflt() - f0)
+            u1, s1 = cpu_split()
+            sys_frac.append((s1 - s0) / ((u1 - u0) + (s1 - s0)) if u1 + s1 > u0 + s0 else 0.0)
             cpu1, tree1 = _cpu_times(), _tree_ticks(os.getpid())
             gaps.append(g_e)
             samples_per_epoch.append(ns)
@@ -890,6 +903,7 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
         "boundary_ns": boundary_ns,
         "boundary_wait_ns": boundary_wait_ns,
         "minor_faults_per_epoch": faults,
+        "sys_frac_per_epoch": sys_frac,
         "checksum": checksum,
         "pid": os.getpid(),
         "pss_before_loader_kib": pss_before,
@@ -1070,6 +1084,9 @@ def summarize_runs(rs: list[dict[str, Any]]) -> dict[str, Any]:
         "peak_pss_mib": _stat([kib_to_mib(p.get("peak_kib")) for p in pss]),
         "pss_before_mib": _stat([kib_to_mib(r.get("pss_before_loader_kib")) for r in rs]),
         "faults_per_batch": _stat([_faults_per_batch(r) for r in rs]),
+        "sys_frac_steady": _stat([statistics.median((r.get("sys_frac_per_epoch") or [0.0])[1:]
+                                                    or r.get("sys_frac_per_epoch") or [0.0])
+                                  for r in rs]),
         "cpu_busy_steady": _stat([r.get("cpu_busy_steady") for r in rs]),
         "cpu_others_steady": _stat([r.get("cpu_others_steady") for r in rs]),
         "cpu_tree_steady": _stat([r.get("cpu_tree_steady") for r in rs]),
@@ -1214,6 +1231,82 @@ def render_table(summaries: list[dict[str, Any]]) -> str:
             rel("single") if s["loader"] != "single" else "1.00x",
         ])
     return _md_table(header, rows, "llrrrrrrrrrrrr")
+
+
+#: What the narrow table of ``python -m fastload bench`` shows, one line per column.
+CONSOLE_LEGEND = (
+    ("samples/s", "steady state (epochs 2..E), median over fresh-process runs"),
+    ("vs torch", "samples/s over torch DataLoader's, same dataset, order and workers"),
+    ("vs single", "samples/s over the single-process loop's (same dataset, order, np.stack)"),
+    ("1st batch", "from building the loader to the first batch in hand"),
+    ("epoch gap", "worst pause between the last batch of an epoch and the next epoch's first"),
+    ("peak PSS", "peak memory of the loader's processes together (shared pages counted once)"),
+    ("faults/b", "minor page faults of the consuming process per batch"),
+)
+
+#: Others' CPU use (fraction of all CPUs) above which the run is warned about.
+BUSY_WARN = 0.25
+#: Kernel share of the single-process loop's CPU time above which it is called
+#: page-fault-bound (its time goes to mapping and zeroing fresh pages, not to its work).
+FAULT_BOUND = 0.3
+
+
+def render_console(summaries: list[dict[str, Any]]) -> str:
+    """The table of ``python -m fastload bench``: at most 100 columns, a legend line for every
+    column, and warnings about what makes its ratios unreliable (others using the CPUs, a
+    page-fault-bound baseline). The wide table is ``--wide`` (and benchmarks/bench_loader.py)."""
+    import textwrap
+
+    header = ["loader", "samples/s", "vs torch", "vs single", "1st batch", "epoch gap",
+              "peak PSS", "faults/b"]
+    by = {x["loader"]: x for x in summaries}
+    rows = []
+    for s in summaries:
+        med = s["samples_per_s"]["median"]
+
+        def rel(other: str) -> str:
+            o = by.get(other)
+            if o is None or not o["samples_per_s"]["median"]:
+                return "-"
+            return f"{med / o['samples_per_s']['median']:.2f}x"
+
+        label = loader_label(s).replace("torch DataLoader", "torch")
+        b, pk, f = s["boundary_ms"], s["peak_pss_mib"]["median"], s["faults_per_batch"]
+        rows.append([label, _rate(med), rel("torch"), rel("single"),
+                     f"{s['first_batch_ms']['median']:.0f} ms",
+                     f"{b['median']:.1f} ms" if b["n"] else "-",
+                     "-" if math.isnan(pk) else f"{pk:,.0f} MiB",
+                     f"{f['median']:,.0f}" if f["n"] else "-"])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    fmt = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
+                                  for i, (c, w) in enumerate(zip(cells, widths)))
+    out = [fmt(header), *(fmt(r) for r in rows), ""]
+    for name, what in CONSOLE_LEGEND:
+        out.append(f"{name + ':':<11}{what}")
+    warn = []
+    others = [x["cpu_others_steady"]["max"] for x in summaries if x["cpu_others_steady"]["n"]]
+    if others and max(others) > BUSY_WARN:
+        warn.append(
+            f"other processes kept up to {max(others):.0%} of the CPUs busy during the runs: "
+            "every figure is lower and the ratios noisier than on a quiet machine; rerun when "
+            "it is quiet")
+    single = by.get("single")
+    if single is not None and single.get("sys_frac_steady", {}).get("n"):
+        kernel = single["sys_frac_steady"]["median"]
+        if kernel > FAULT_BOUND:
+            faults = single["faults_per_batch"]["median"] if single["faults_per_batch"]["n"] \
+                else math.nan
+            warn.append(
+                f"the single-process baseline spent {kernel:.0%} of its CPU time in the kernel "
+                f"({faults:,.0f} page faults per batch): it is page-fault-bound here, so 'vs "
+                "single' depends on how fast this machine maps fresh memory (huge pages, "
+                "cgroup accounting) and varies between machines; 'vs torch' does not")
+    if warn:
+        out.append("")
+        for w in warn:
+            out.extend(textwrap.wrap(w, 100, initial_indent="warning: ",
+                                     subsequent_indent="         "))
+    return "\n".join(out)
 
 
 def _busy_cell(s: dict[str, Any]) -> str:
@@ -1390,6 +1483,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start-method", choices=("fork", "forkserver", "spawn"), default=None)
     p.add_argument("--plot", metavar="PNG", help="also write a bar chart (needs matplotlib)")
     p.add_argument("--json", metavar="PATH", help="also append the results as JSON lines")
+    p.add_argument("--wide", action="store_true",
+                   help="every measured column (GB/s, spread, gaps, CPU, ...) with its notes")
     args = p.parse_args(argv)
 
     cls, bs, n_full, n_quick = WORKLOADS[args.workload]
@@ -1434,13 +1529,13 @@ def main(argv: list[str] | None = None) -> int:
     summaries = [summarize_runs(runs[name]) for name in loaders]
     steady = f"epochs 2..{epochs}" if epochs >= 2 else "epoch 1 (includes start-up)"
     print(f"steady state = {steady}, median of {repeat} fresh-process run(s)\n")
-    print(render_table(summaries))
-    rat = ratios({s["loader"]: s for s in summaries})
-    print("\n" + "  ".join(f"{k} = {v:.2f}x" for k, v in rat.items() if k.startswith("fastload/")
-                           and k.split("/")[1] in ("torch", "single")))
+    if args.wide:
+        print(render_table(summaries) + "\n\n" + COLUMN_NOTES)
+    else:
+        print(render_console(summaries))
     if (os.cpu_count() or 1) <= args.workers:
         print(f"note: {os.cpu_count()} CPUs for {args.workers} workers plus the main process: "
-              "workers compete with the consumer; numbers are noisy on shared machines.")
+              "workers compete with the consumer;\n      numbers are noisy on shared machines.")
     if args.plot:
         msg = plot_summaries(summaries, args.plot,
                              f"python -m fastload bench --workload {args.workload} (n={n}, "

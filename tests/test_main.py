@@ -65,3 +65,49 @@ def test_info_reads_cgroup_v1_and_v2_limits(monkeypatch, files, mem, cpu):
 
     monkeypatch.setattr(cli, "_read", files.get)
     assert cli._cgroup_limits() == (mem, cpu)
+
+
+def _summary(loader: str, rate: float, others: float = 0.0, kernel: float = 0.0) -> dict:
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    h = importlib.import_module("_harness")
+    st = h._stat
+    return {"workload": "image", "loader": loader, "workers": 2, "start_method": "fork",
+            "batch_size": 128, "bytes_per_sample": 150536,
+            "samples_per_s": st([rate]), "first_batch_ms": st([180.0]),
+            "boundary_ms": st([16.5]), "peak_pss_mib": st([150.0]),
+            "faults_per_batch": st([377.0]), "cpu_others_steady": st([others]),
+            "sys_frac_steady": st([kernel])}
+
+
+def _console(*summaries: dict) -> str:
+    import importlib
+
+    return importlib.import_module("_harness").render_console(list(summaries))
+
+
+def test_the_bench_table_fits_100_columns_and_every_column_has_a_legend():
+    text = _console(_summary("fastload", 14588), _summary("single", 21015),
+                    _summary("torch", 4897))
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    header = lines[0].split()
+    for column in ("samples/s", "vs", "torch", "single", "1st", "batch", "epoch", "gap",
+                   "peak", "PSS", "faults/b"):
+        assert column in header
+    legend = {line.split(":")[0] for line in lines[5:] if ":" in line}
+    assert legend >= {"samples/s", "vs torch", "vs single", "1st batch", "epoch gap",
+                      "peak PSS", "faults/b"}
+    assert "2.98x" in lines[1] and "0.69x" in lines[1]  # fastload vs torch, vs single
+    assert "warning" not in text  # a quiet machine, a baseline not bound by page faults
+
+
+def test_the_bench_warns_when_others_use_the_cpus_or_the_baseline_is_fault_bound():
+    busy = _console(_summary("fastload", 100.0, others=0.6), _summary("single", 50.0))
+    assert "warning: other processes kept up to 60% of the CPUs busy" in busy
+    bound = _console(_summary("fastload", 100.0), _summary("single", 50.0, kernel=0.7))
+    assert "spent 70% of its CPU time in the kernel" in bound and "page-fault-bound" in bound
+    assert max(len(line) for line in bound.splitlines()) <= 100
