@@ -80,6 +80,13 @@ class DeathPolicy:
             self.on_worker_death == "raise" or worst[1] >= MAX_KILLS_PER_SAMPLE
         )
         report = "; ".join(reports)
+        verdict = self._verdict(report, fatal, startup_failure, requeued, worst)
+        if verdict.error is not None:  # for front ends that word it their way (compat.torch)
+            verdict.error.fastload_deaths = tuple((d.pid, d.exitcode) for d in deaths)
+        return verdict
+
+    def _verdict(self, report: str, fatal: bool, startup_failure: str | None, requeued: bool,
+                 worst: tuple[int | None, int]) -> Verdict:
         if not fatal:
             if startup_failure is not None:
                 return Verdict(False, WorkerDied(startup_failure), None)

@@ -214,7 +214,7 @@ class BatchFiller:
                         ctx[2] = index
                         pack(slot, row, ds[row] if self.skip else ds[index], objects)
             if layout.n_objects:
-                image = VarImage(layout, objects, len(indices))
+                image = VarImage(layout, objects, len(indices), self.worker_id is None)
         except RowError as e:  # a ragged leaf of one row is not what was declared
             return None, pack_exception(e.error, int(indices[e.row]), self.worker_id)
         except BaseException as e:

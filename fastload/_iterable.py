@@ -196,7 +196,8 @@ class IterFiller(BatchFiller):
             self.rows = rows
             if ring is not None:
                 ring.set_rows(slot, rows)
-            image = VarImage(layout, objects, rows) if layout.n_objects else None
+            image = (VarImage(layout, objects, rows, self.worker_id is None)
+                     if layout.n_objects else None)
         except RowError as e:
             return None, pack_exception(e.error, start + e.row, self.worker_id,
                                         where=self._where(start + e.row))

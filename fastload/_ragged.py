@@ -285,15 +285,27 @@ class VarImage:
     """A batch's variable image (NOTE [ragged leaves]), built from the fill path's flat list of
     object leaves (row-major, ``n_objects`` per row; ragged leaves hold their arrays)."""
 
-    def __init__(self, layout: Any, objects: list[Any], count: int) -> None:
+    def __init__(self, layout: Any, objects: list[Any], count: int,
+                 in_process: bool = False) -> None:
         self.k = k = layout.n_objects  # object leaves per row
         self.count = count
         self.objects = objects
         self._head: bytes | None = None
-        self.unstacked = None if layout.stack else _Unstacked(objects)
-        if self.unstacked is not None:
+        #: stack=False with num_workers=0, samples that cannot be pickled (a class defined in a
+        #: function, a namedtuple not importable by name): handed over as deep copies instead,
+        #: since nothing crosses a process (torch's num_workers=0 does not pickle either).
+        self.as_copies = False
+        self.unstacked: _Unstacked | None = None
+        if not layout.stack:
+            try:
+                self.unstacked = _Unstacked(objects)
+            except (pickle.PicklingError, AttributeError, TypeError):
+                if not in_process:
+                    raise
+                self.as_copies = True
+        if not layout.stack:
             self.columns: list[_Column] = []
-            self.data_bytes = self.unstacked.nbytes
+            self.data_bytes = self.unstacked.nbytes if self.unstacked is not None else 0
             return
         cols: list[_Column] = []
         end = 0
@@ -379,6 +391,13 @@ class VarImage:
     def local(self) -> tuple[list[Any], dict[int, Any]]:
         """num_workers=0: the object leaves as they are (not pickled) and the ragged leaves'
         values, in a buffer of their own."""
+        if self.as_copies:
+            import copy
+
+            try:
+                return copy.deepcopy(self.objects), {}
+            except Exception:  # noqa: BLE001 - not copyable either: the samples themselves
+                return list(self.objects), {}
         buf = np.empty(max(self.data_bytes, 1), np.uint8)
         self.write_data(buf, 0)
         if self.unstacked is not None:  # copied (pickled, arrays copied) as a worker's are

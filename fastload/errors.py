@@ -51,7 +51,10 @@ class WorkerError(FastloadError):
 
 
 class WorkerDied(FastloadError, RuntimeError):
-    """A worker process died (signal, ``os._exit``, out-of-memory kill)."""
+    """A worker process died (signal, ``os._exit``, out-of-memory kill). ``fastload_deaths``:
+    the ``(pid, exit code)`` of each worker that died (a negative code is the signal)."""
+
+    fastload_deaths: tuple[tuple[int | None, int | None], ...] = ()
 
 
 class SkipLimitError(FastloadError, RuntimeError):

@@ -452,6 +452,63 @@ def test_two_live_iterators_of_one_loader_as_in_torch():
     assert not torch.equal(got[1][0], got[2][0])  # two passes, two permutations
 
 
+def test_in_process_samples_need_not_be_picklable_as_in_torch():
+    # num_workers=0 moves nothing between processes: a sample of a class defined in a function
+    # (or a namedtuple not importable by name) reaches the collate_fn, as torch's does
+    class Local:
+        def __init__(self, i):
+            self.i = i
+
+    Point = __import__("collections").namedtuple("Point", ["x", "y"])
+
+    class DS(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return (Local(i), Point(np.full(2, i), i))
+
+    def seen(batches, batched):
+        samples = [s for b in batches for s in b] if batched else batches
+        return [(type(a).__name__, a.i, type(p).__name__, p.y, np.asarray(p.x).tolist())
+                for a, p in samples]
+
+    for batched, kw in ((False, dict(batch_size=None)),
+                        (True, dict(batch_size=2, collate_fn=list))):
+        with DataLoader(DS(), **kw) as dl:
+            got = seen(list(dl), batched)
+        assert got == seen(list(TorchDataLoader(DS(), **kw)), batched)
+        assert got[3] == ("Local", 3, "Point", 3, [3, 3])
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_nested_tensors_reach_a_collate_fn_and_default_collate_refuses_them_as_torch(num_workers):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch: nested tensors are a prototype
+        data = [torch.nested.nested_tensor([torch.full((k + 1,), float(k))]) for k in range(4)]
+    with DataLoader(data, batch_size=2, num_workers=num_workers,
+                    collate_fn=lambda b: [x.clone() for x in b]) as dl:
+        got = [x for b in dl for x in b]
+    assert all(x.is_nested for x in got)
+    assert [x.unbind()[0].tolist() for x in got] == [[float(k)] * (k + 1) for k in range(4)]
+    with DataLoader(data, batch_size=2, num_workers=num_workers) as dl:
+        with pytest.raises(RuntimeError, match="Batches of nested tensors are not currently "
+                           "supported by the default collate_fn"):
+            next(iter(dl))
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+def test_a_worker_killed_by_a_signal_is_reported_in_torchs_words():
+    from helpers.faults import KillAt
+
+    with DataLoader(KillAt(8, 0), batch_size=2, num_workers=2) as dl:
+        with pytest.raises(RuntimeError, match=r"^DataLoader worker \(pid \d+\) is killed by "
+                           r"signal: Killed\. worker \d \(pid \d+\) died with SIGKILL") as e:
+            list(dl)
+    assert isinstance(e.value, fastload.WorkerDied) and e.value.fastload_deaths[0][1] == -9
+
+
 def test_settings_torch_freezes_are_frozen_and_the_class_is_generic():
     dl = DataLoader(ArrayDS(), batch_size=4)
     ref = TorchDataLoader(ArrayDS(), batch_size=4)

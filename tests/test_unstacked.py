@@ -131,3 +131,31 @@ def test_arrays_anywhere_in_a_sample_travel_in_the_slot():
         assert batch[3][0] is batch[3][1]  # one array twice: one copy, two references
         assert batch[3][0].tolist() == shared.tolist()
         del batch
+
+
+def test_in_process_samples_need_not_be_picklable():
+    # num_workers=0, stack=False: a sample nothing could pickle (a class defined here) comes
+    # back as a copy, arrays included, as it would be through a worker
+    class Local:
+        def __init__(self, i):
+            self.i = i
+            self.a = np.full(3, i)
+
+    class DS:
+        def __init__(self):
+            self.items = [Local(i) for i in range(5)]
+
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return {"obj": self.items[i], "n": i}
+
+    ds = DS()
+    with fastload.Loader(ds, 2, stack=False, num_workers=0) as loader:
+        batches = list(loader)
+    samples = [s for b in batches for s in b]
+    assert [(type(s["obj"]).__name__, s["obj"].i, s["obj"].a.tolist(), s["n"])
+            for s in samples] == [("Local", i, [i] * 3, i) for i in range(5)]
+    samples[0]["obj"].a[:] = 99  # a copy: the dataset's own object is not touched
+    assert ds.items[0].a.tolist() == [0, 0, 0] and samples[0]["obj"] is not ds.items[0]

@@ -50,6 +50,10 @@ def encode(x: Any, tensor_type: type | None = None) -> Any:
     type, as torch's collation gives; namedtuples keep their type.
     """
     if tensor_type is not None and isinstance(x, tensor_type):
+        if getattr(x, "is_nested", False):  # torch's default_collate refuses them so
+            raise RuntimeError(
+                "Batches of nested tensors are not currently supported by the default "
+                "collate_fn; please provide a custom collate_fn to handle them appropriately.")
         return x.detach().cpu().numpy()  # type: ignore[attr-defined]
     t = type(x)
     if t is np.ndarray or t is np.memmap:

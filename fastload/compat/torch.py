@@ -69,7 +69,7 @@ except ImportError as _e:  # pragma: no cover - exercised only without torch
 
 import fastload
 from fastload.compat._leaves import T_OBJ, encode, tag_of
-from fastload.errors import LayoutMismatchError, LoaderTimeoutError
+from fastload.errors import LayoutMismatchError, LoaderTimeoutError, WorkerDied
 from fastload.loader import Loader
 
 __all__ = ["DataLoader", "DataLoaderTimeoutError", "DataLoaderCollateError",
@@ -112,7 +112,7 @@ def _tensors_out(x: Any) -> Any:
     _Tensor; everything else as the dataset returned it."""
     t = type(x)
     if isinstance(x, torch.Tensor):
-        if x.layout != torch.strided or x.is_quantized:
+        if x.layout != torch.strided or x.is_quantized or x.is_nested:
             return x  # torch pickles it (a copy through the pipe)
         try:
             return _Tensor(x.detach().cpu().numpy())
@@ -622,6 +622,26 @@ def _rebuilding_fastload(fn: Any, adl: Any) -> Any:
     return call
 
 
+def _torch_worker_died(e: WorkerDied) -> WorkerDied:
+    """The same error worded as torch's (torch/utils/data/_utils/signal_handling.py and
+    dataloader.py), then fastload's own account of it."""
+    import signal
+
+    pid, code = e.fastload_deaths[0]
+    if code is not None and code < 0:
+        try:
+            what = signal.strsignal(-code) or f"signal {-code}"
+        except ValueError:
+            what = f"signal {-code}"
+        head = f"DataLoader worker (pid {pid}) is killed by signal: {what}. "
+    else:
+        pids = ", ".join(str(p) for p, _ in e.fastload_deaths)
+        head = f"DataLoader worker (pid(s) {pids}) exited unexpectedly. "
+    out = WorkerDied(head + str(e))
+    out.fastload_deaths = e.fastload_deaths
+    return out
+
+
 def _convert(x: Any) -> Any:
     """torch's default_convert for one sample (batch_size=None): arrays -> tensors."""
     if isinstance(x, np.ndarray):
@@ -680,6 +700,10 @@ class _BatchIter:
             raise DataLoaderTimeoutError(
                 f"DataLoader timed out after {self.dl.timeout} seconds ({e})"
             ) from e
+        except WorkerDied as e:
+            if not e.fastload_deaths:
+                raise
+            raise _torch_worker_died(e) from e
         except LayoutMismatchError as e:
             mismatch = getattr(e, "shape_mismatch", None)
             if collate is not None or mismatch is None:
