@@ -15,16 +15,16 @@ Every figure is measured here, now, on the user's dataset; nothing is estimated 
 The loop holds each batch until the next one is in hand, as a user's ``for batch in loader``
 does (dropping it first lets ``num_workers=0`` reuse the batch's memory, which a training loop
 does not: measured here, that alone made the single process look 45 % faster on the image
-workload). Each measurement runs for ``seconds`` (at least a few batches); all of them run ``repeat``
-times, interleaved (a busy spell of the machine then hits every setting, not one), and the
-median is used. The recommendation is the setting with the best median; a fewer-worker setting
-within 3 % of it is named as the cheaper alternative. ``prefetch`` is then measured at the
-recommended worker count (the default and twice it). Memory per worker is read from
+workload). Each measurement runs for ``seconds`` (at least a few batches); all of them run
+``repeat`` times, interleaved (a busy spell of the machine then hits every setting, not one),
+and the median is used. The recommendation is the setting with the best median; a fewer-worker
+setting within 3 % of it is named as the cheaper alternative. ``prefetch`` is then measured at
+the recommended worker count (the default and twice it). Memory per worker is read from
 ``/proc/<pid>/smaps_rollup`` at the recommended setting over two epochs (or as much of them as
 ``memory_seconds`` allows, said so). Warnings come from measurements too: threads found in a
 worker (a BLAS or OpenMP pool per worker), threads running in this process before workers fork,
 a worker's private memory growing (copy-on-read of Python objects), batches that were copied or
-spilled out of their slot, object leaves, and the load of the machine before and while it ran.
+spilled out of their slot, object leaves, and other processes' CPU use before and during the runs.
 """
 
 from __future__ import annotations
