@@ -658,27 +658,12 @@ def test_lightning_trains_and_validates_on_one_loader_as_with_torchs():
     # val_check_interval=0.5 runs validation in the middle of each training epoch, on the same
     # loader: two live iterators (NOTE [several passes]). Every batch, in order, as torch's.
     L = pytest.importorskip("lightning", reason="lightning is not installed on this machine")
-
-    class Model(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.layer = torch.nn.Linear(3, 1)
-            self.seen = []
-
-        def training_step(self, batch, i):
-            self.seen.append(("train", self.current_epoch, batch[:, 0].int().tolist()))
-            return self.layer(batch).sum()
-
-        def validation_step(self, batch, i):
-            self.seen.append(("val", self.global_step, batch[:, 0].int().tolist()))
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
+    from helpers.lightning_models import Recorder
 
     def fit(make):
         torch.manual_seed(0)
         dl = make(ArrayDS(40), batch_size=4, num_workers=2, shuffle=True)
-        model = Model()
+        model = Recorder()
         trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=2, val_check_interval=0.5,
                             logger=False, enable_checkpointing=False, enable_progress_bar=False,
                             enable_model_summary=False, num_sanity_val_steps=0)
@@ -767,20 +752,7 @@ def test_lightning_resumes_a_mid_epoch_checkpoint_with_the_exact_data_order(tmp_
     # Lightning saves and restores the state_dict() of a loader that has one: a fastload.Loader
     # resumed from a checkpoint taken mid-epoch goes on with the very next batch.
     L = pytest.importorskip("lightning", reason="lightning is not installed on this machine")
-
-    class Model(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.layer = torch.nn.Linear(3, 1)
-            self.seen = []
-
-        def training_step(self, batch, i):
-            x = torch.from_numpy(batch)
-            self.seen.append((self.current_epoch, x[:, 0].int().tolist()))
-            return self.layer(x).sum()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
+    from helpers.lightning_models import Recorder
 
     class Crash(L.Callback):  # after the checkpoint of step 13 (epoch 1, its 4th batch)
         def on_train_batch_end(self, trainer, *args):
@@ -797,7 +769,7 @@ def test_lightning_resumes_a_mid_epoch_checkpoint_with_the_exact_data_order(tmp_
                 warnings.simplefilter("ignore")
                 trainer.fit(model, train_dataloaders=loader, ckpt_path=ckpt_path)
 
-    whole, crashed, resumed = Model(), Model(), Model()
+    whole, crashed, resumed = Recorder(), Recorder(), Recorder()
     fit(whole)
     every13 = L.pytorch.callbacks.ModelCheckpoint(dirpath=str(tmp_path), every_n_train_steps=13,
                                                   save_top_k=-1)
