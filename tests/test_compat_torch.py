@@ -509,6 +509,43 @@ def test_a_worker_killed_by_a_signal_is_reported_in_torchs_words():
     assert isinstance(e.value, fastload.WorkerDied) and e.value.fastload_deaths[0][1] == -9
 
 
+def _shuffled_pipe(n=60, buffer=20):
+    from torch.utils.data.datapipes.iter import IterableWrapper
+
+    return IterableWrapper(list(range(n))).shuffle(buffer_size=buffer).sharding_filter()
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_datapipe_is_sharded_across_workers_and_shuffled_per_epoch(num_workers):
+    # NOTE [datapipes]: each worker keeps its sharding_filter() share of one shared shuffled
+    # order, so every epoch has every element once, as with torch's DataLoader; epochs differ
+    with DataLoader(_shuffled_pipe(), num_workers=num_workers, shuffle=True,
+                    persistent_workers=True) as dl:
+        epochs = [[int(x) for x in dl] for _ in range(2)]
+    for got in epochs:
+        assert sorted(got) == list(range(60))
+    assert epochs[0] != epochs[1]
+    want = [int(x) for x in TorchDataLoader(_shuffled_pipe(), num_workers=num_workers,
+                                              multiprocessing_context="fork", shuffle=True)]
+    assert sorted(want) == sorted(epochs[0])
+
+
+def test_a_datapipe_in_process_is_shuffled_exactly_as_torch_shuffles_it():
+    # num_workers=0: the shared seed is torch's own draw from the generator, at torch's point
+    def run(make):
+        out = []
+        for seed in (123, 123, 321):
+            torch.manual_seed(seed)
+            out.append([int(x) for x in make(_shuffled_pipe(), shuffle=True)])
+        return out
+
+    got, want = run(DataLoader), run(TorchDataLoader)
+    assert got == want and got[0] == got[1] != got[2]
+    pipe = _shuffled_pipe()
+    assert [int(x) for x in DataLoader(pipe, shuffle=False)] == list(range(60))  # shuffle off
+
+
 def test_settings_torch_freezes_are_frozen_and_the_class_is_generic():
     dl = DataLoader(ArrayDS(), batch_size=4)
     ref = TorchDataLoader(ArrayDS(), batch_size=4)

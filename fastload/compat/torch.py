@@ -56,6 +56,7 @@ try:
     from torch.utils.data import (
         BatchSampler,
         IterableDataset,
+        IterDataPipe,
         RandomSampler,
         SequentialSampler,
     )
@@ -173,13 +174,35 @@ class _TorchIterable:
     """A torch IterableDataset in the workers (a plain iterable for fastload: NOTE [iterable
     datasets] in fastload/_iterable.py): its samples, converted as _TorchDataset's are."""
 
-    def __init__(self, dataset: Any, unstacked: bool = False) -> None:
+    def __init__(self, dataset: Any, unstacked: bool = False, base_seed: int = 0) -> None:
         self.dataset = dataset
         self.unstacked = unstacked
+        self.base_seed = base_seed
+        #: num_workers=0: the seed DataLoader.__iter__ drew (a list: shallow copies share it)
+        self.seed_box: list[int | None] = [None]
+        self.passes = 0
 
     def __iter__(self) -> Any:
         out = _tensors_out if self.unstacked else _to_numpy
+        if isinstance(self.dataset, IterDataPipe):
+            self._seed_datapipe()
         return (out(s) for s in self.dataset)
+
+    def _seed_datapipe(self) -> None:
+        """NOTE [datapipes]: torch seeds a DataPipe's random operations (its shuffle()) with
+        one seed per epoch shared by every worker, so that the workers' sharding_filter()s
+        split the same order. In this process (num_workers=0) the seed is torch's own draw
+        from the generator, as torch's iterator draws it; in a worker (nothing passes from the
+        main process to a worker's replica each epoch) it is derived from the base seed and the
+        pass number, the same in every worker: each epoch's shares are disjoint and complete,
+        and the order is deterministic given the base seed, but not torch's."""
+        seed = self.seed_box[0]
+        if seed is None or fastload.get_worker_info() is not None:
+            seed = int(np.random.SeedSequence([self.base_seed % 2**63, self.passes])
+                       .generate_state(1, np.uint64)[0] % 2**63)
+        self.passes += 1
+        torch.utils.data.graph_settings.apply_random_seed(
+            self.dataset, torch.Generator().manual_seed(seed))
 
 
 class _TorchDatasetGetitems(_TorchDataset):
@@ -193,10 +216,12 @@ class _TorchDatasetGetitems(_TorchDataset):
 class _WorkerInit:
     """Seeds a worker as torch's _worker_loop does and publishes torch's get_worker_info()."""
 
-    def __init__(self, base_seed: int, num_workers: int, user_fn: Any) -> None:
+    def __init__(self, base_seed: int, num_workers: int, user_fn: Any,
+                 world: tuple[int, int] = (1, 0)) -> None:
         self.base_seed = base_seed
         self.num_workers = num_workers
         self.user_fn = user_fn
+        self.world = world  # (world size, rank) in the main process, for DataPipe sharding
 
     def __call__(self, worker_id: int) -> None:
         import random
@@ -215,8 +240,20 @@ class _WorkerInit:
         tworker._worker_info = tworker.WorkerInfo(
             id=worker_id, num_workers=self.num_workers, seed=seed, dataset=ds
         )
+        if isinstance(ds, IterDataPipe):  # torch's _sharding_worker_init_fn: its
+            # sharding_filter()s keep this worker's share (ranks first, then workers)
+            world, rank = self.world
+            torch.utils.data.graph_settings.apply_sharding(
+                ds, self.num_workers * world, worker_id * world + rank)
         if self.user_fn is not None:
             self.user_fn(worker_id)
+
+
+def _distributed_settings() -> tuple[int, int]:
+    """(world size, rank) as torch's DataLoader reads them (1, 0 without torch.distributed)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size(), torch.distributed.get_rank()
+    return 1, 0
 
 
 def _start_method_of(ctx: Any) -> str | None:
@@ -297,7 +334,11 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
         if persistent_workers and num_workers == 0:
             raise ValueError("persistent_workers option needs num_workers > 0")
         iterable = isinstance(dataset, IterableDataset)
-        if iterable:  # torch's checks (NOTE [ Custom Samplers and IterableDataset ] there)
+        if isinstance(dataset, IterDataPipe) and shuffle is not None:  # torch's: shuffle=
+            # turns the pipe's shuffle()s on or off
+            dataset = torch.utils.data.graph_settings.apply_shuffle_settings(dataset,
+                                                                             shuffle=shuffle)
+        elif iterable:  # torch's checks (NOTE [ Custom Samplers and IterableDataset ] there)
             if shuffle not in {False, None}:
                 raise ValueError(
                     "DataLoader with IterableDataset: expected unspecified shuffle option, but "
@@ -428,7 +469,8 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
         unstacked = self._unstacked
         wrapped: Any
         if self._iterable:
-            wrapped = _TorchIterable(self.dataset, unstacked)
+            wrapped = _TorchIterable(self.dataset, unstacked, base_seed)
+            self._datapipe_seed = wrapped.seed_box
         else:
             wrapped = (_TorchDatasetGetitems if getitems else _TorchDataset)(self.dataset,
                                                                             unstacked)
@@ -439,7 +481,8 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
             num_workers=self.num_workers,
             prefetch=max(1, self.prefetch_factor or 1),
             start_method=_start_method_of(self.multiprocessing_context),
-            worker_init=_WorkerInit(base_seed, self.num_workers, self.worker_init_fn)
+            worker_init=_WorkerInit(base_seed, self.num_workers, self.worker_init_fn,
+                                    _distributed_settings())
             if self.num_workers > 0
             else None,
             timeout=float(self.timeout) if self.timeout > 0 else None,
@@ -472,6 +515,10 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
                 stacklevel=2,
             )
         pin = self.pin_memory and torch.accelerator.is_available()
+        shared_seed = None
+        if isinstance(self.dataset, IterDataPipe):  # torch draws it first (NOTE [datapipes])
+            shared_seed = int(torch.empty((), dtype=torch.int64)
+                              .random_(generator=self.generator).item())
         # torch draws the base seed when it creates an iterator: every iter() unless the workers
         # are persistent (then only the first), before the sampler draws anything.
         if self._base_seed is None or not self.persistent_workers:
@@ -482,6 +529,7 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
             if self._loader is None:
                 self._loader = self._make_loader(self.batch_size or 1, self._base_seed)
                 self._loader_unstacked = self._unstacked
+            self._datapipe_seed[0] = shared_seed  # for num_workers=0 (NOTE [datapipes])
             return _BatchIter(self, iter(self._loader), pin, None)
         if self._auto_collation:
             plan = [list(b) for b in self.batch_sampler]
