@@ -218,8 +218,8 @@ def _copy_of(ds: Any) -> Any:
         return ds
 
 
-def _time_getitem(ds: Any, order: list[int], seconds: float) -> tuple[float, float, list[int]]:
-    """Median and 90th-percentile seconds per ``ds[i]``; the indices it got to."""
+def _time_getitem(ds: Any, order: list[int], seconds: float) -> tuple[float, float]:
+    """Median and 90th-percentile seconds per ``ds[i]``."""
     times: list[float] = []
     deadline = time.perf_counter() + seconds
     for i in order:
@@ -229,8 +229,7 @@ def _time_getitem(ds: Any, order: list[int], seconds: float) -> tuple[float, flo
         if t > deadline and len(times) >= 8:
             break
     times.sort()
-    return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.9))], \
-        order[: len(times)]
+    return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.9))]
 
 
 def _time_getitems(ds: Any, order: list[int], bs: int, seconds: float) -> float:
@@ -403,7 +402,7 @@ def doctor(dataset: Any, batch_size: int = 64, workers: list[int] | int | None =
     local = _copy_of(dataset)
     order = np.random.default_rng(0).permutation(n).tolist()
     progress("timing __getitem__ alone")
-    per, p90, _ = _time_getitem(local, order, seconds)
+    per, p90 = _time_getitem(local, order, seconds)
     per_many = None
     if callable(getattr(local, "__getitems__", None)):
         per_many = _time_getitems(local, order, bs, seconds)
@@ -507,10 +506,8 @@ def _warnings(ds: Any, settings: list[Setting], memory: dict[str, Any], found: l
                 "compete with the workers, and the figures are lower than on a quiet machine "
                 "(rerun when it is quiet)")
             break
-    rates = [s.rate for s in settings if s.workers == best.workers and s.rates]
-    spread = [r for s in settings for r in s.rates if s is best]
-    if len(spread) >= 2 and rates:
-        lo, hi = min(spread), max(spread)
+    if len(best.rates) >= 2:
+        lo, hi = min(best.rates), max(best.rates)
         if hi > 1.25 * lo:
             out.append(f"the best setting's runs varied from {lo:,.0f} to {hi:,.0f} samples/s: "
                        "the machine is noisy, rerun with more --repeat")

@@ -198,16 +198,15 @@ class Engine:
 
     def abort_epoch(self, e: int) -> None:
         """Drop the rest of pass ``e`` (an error, load_state_dict, its iterator dropped)."""
-        if self.live.pop(e, None) is None:
+        if e not in self.live:
             return
-        self.passes.pop(e, None)
-        self.queued.pop(e, None)
-        self.lost.pop(e, None)
+        self._end(e)
         if self.slots is not None:
             self.slots.drop_tasks(e)
 
     def _end(self, e: int) -> None:
-        """Pass ``e`` delivered its last batch."""
+        """Forget pass ``e`` (it delivered its last batch; or abort_epoch, which also drops
+        its tasks)."""
         self.live.pop(e, None)
         self.passes.pop(e, None)
         self.queued.pop(e, None)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["EpochPlan", "PlanCursor", "STATE_FORMAT"]
+__all__ = ["EpochPlan", "STATE_FORMAT"]
 
 STATE_FORMAT = "fastload.Loader/1"
 
@@ -218,38 +218,3 @@ class EpochPlan:
         self.seed = check_seed(state.get("seed"), "the state's seed must be")
         self._orders.clear()
         return epoch, position
-
-
-class PlanCursor:
-    """The next batch to queue: (epoch, batch), running at most one epoch ahead of the one
-    being iterated, and never into an epoch a batch plan has not been asked for yet."""
-
-    __slots__ = ("plan", "epoch", "batch")
-
-    def __init__(self, plan: EpochPlan) -> None:
-        self.plan = plan
-        self.epoch = 0
-        self.batch = 0
-
-    def seek(self, epoch: int, batch: int = 0) -> None:
-        self.epoch, self.batch = epoch, batch
-
-    def next(self, current: int) -> tuple[int, int] | None:
-        """The (epoch, batch) to queue next while ``current`` is iterated, advancing; None if
-        nothing may be queued now."""
-        plan = self.plan
-        if not plan.ahead and self.epoch > current:
-            return None  # NOTE [batch plans]: a sampler is only asked once its epoch started
-        while self.batch >= plan.nbatches_of(self.epoch):
-            if self.epoch >= current + (1 if plan.ahead else 0):
-                return None  # never plan more than one epoch ahead
-            self.epoch, self.batch = self.epoch + 1, 0
-            if plan.nbatches_of(self.epoch) == 0:
-                return None
-        task = (self.epoch, self.batch)
-        self.batch += 1
-        return task
-
-    def halfway(self, current: int) -> bool:
-        """Whether the cursor is past half of ``current`` (time to shuffle the next epoch)."""
-        return self.epoch == current and 2 * self.batch >= self.plan.nbatches

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastload._plan import EpochPlan, PlanCursor
+from fastload._plan import EpochPlan
 
 sizes = st.integers(0, 200)
 batch_sizes = st.integers(1, 17)
@@ -90,31 +90,6 @@ def test_restore_refuses_other_settings_and_bad_states():
         make(10, 3).restore({**state, "position": 99})
     with pytest.raises(NotImplementedError, match="custom sampler"):
         make(10, 3, batch_plan=lambda e: [[0]]).restore(state)
-
-
-def test_cursor_runs_one_epoch_ahead_at_most():
-    plan = make(5, 2)  # 3 batches per epoch
-    cur = PlanCursor(plan)
-    got = []
-    while (task := cur.next(0)) is not None:
-        got.append(task)
-    assert got == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
-    assert cur.next(1) == (2, 0)  # epoch 1 started: epoch 2 may be planned
-
-
-def test_cursor_never_asks_a_batch_plan_ahead_of_its_epoch():
-    asked = []
-
-    def batches(epoch):
-        asked.append(epoch)
-        return [[epoch], [epoch + 1]]
-
-    plan = make(5, 2, batch_plan=batches)
-    cur = PlanCursor(plan)
-    assert [cur.next(0), cur.next(0), cur.next(0)] == [(0, 0), (0, 1), None]
-    assert asked == [0]  # epoch 1's plan is not asked while epoch 0 runs
-    assert cur.next(1) == (1, 0) and asked == [0, 1]
-    assert plan.batch(1, 1).tolist() == [2]
 
 
 def test_batch_plan_is_checked():
