@@ -22,7 +22,8 @@ memmap    float32 (1024,) row of a np.memmap file (2 GiB)          256    524,28
 One *case* is one loader over one workload for a few epochs, run in a fresh process
 (:func:`run_case_subprocess`), so loaders never share worker pools, caches or allocator state.
 Loaders (``LOADERS``): ``fastload`` (N workers), ``fastload-1w`` (1 worker),
-``torch`` (``torch.utils.data.DataLoader`` with ``persistent_workers=True``), ``single``
+``fastload-noshare`` (N workers, ``share_rows=False``: each batch loaded by one worker, as before
+shared rows; only with ``--loaders``), ``torch`` (``torch.utils.data.DataLoader`` with ``persistent_workers=True``), ``single``
 (``__getitem__`` + ``np.stack`` per leaf in the consuming process), ``getitem``
 (``__getitem__`` alone: the cost of the samples themselves), and the physical ceiling of moving
 the same bytes: ``memcpy-warm`` (``np.copyto`` into one preallocated batch) and
@@ -309,10 +310,12 @@ WORKLOADS: dict[str, tuple[type, int, int, int]] = {
     "memmap": (MemmapDataset, 256, 2 << 30 >> 12, 64 << 20 >> 12),  # 2 GiB / 64 MiB of rows
 }
 
-LOADERS = ("fastload", "fastload-1w", "torch", "single", "getitem", "memcpy-warm", "memcpy-fresh")
+LOADERS = ("fastload", "fastload-1w", "torch", "single", "getitem", "memcpy-warm", "memcpy-fresh",
+           "fastload-noshare")
 LOADER_LABEL = {
     "fastload": "fastload",
     "fastload-1w": "fastload",
+    "fastload-noshare": "fastload, share_rows=False",
     "torch": "torch DataLoader",
     "single": "single process",
     "getitem": "__getitem__ only",
@@ -322,8 +325,11 @@ LOADER_LABEL = {
 
 
 def default_loaders(workload: str) -> list[str]:
-    """Every loader; ``fastload-1w`` only for ``compute`` (where the scaling matters)."""
-    return [x for x in LOADERS if x != "fastload-1w" or workload == "compute"]
+    """Every loader; ``fastload-1w`` only for ``compute`` (where the scaling matters);
+    ``fastload-noshare`` (NOTE [shared rows]: batches loaded by one worker each, as before)
+    only when asked for."""
+    return [x for x in LOADERS
+            if (x != "fastload-1w" or workload == "compute") and x != "fastload-noshare"]
 
 
 def make_dataset(workload: str, n: int | None = None, seed: int = 0) -> Any:
@@ -735,12 +741,12 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
     pss_before = _pss_kib(os.getpid())
     loader: Any = None
     t_construct = clock()
-    if kind in ("fastload", "fastload-1w"):
+    if kind in ("fastload", "fastload-1w", "fastload-noshare"):
         import fastload
 
         loader = fastload.Loader(
             ds, bs, shuffle=shuffle, seed=seed, num_workers=workers, prefetch=prefetch,
-            start_method=case.get("start_method"),
+            start_method=case.get("start_method"), share_rows=kind != "fastload-noshare",
         )
         extra["start_method"] = loader.start_method
         make_iter: Callable[[int], Iterator[Any]] = lambda e: iter(loader)  # noqa: E731
@@ -861,7 +867,7 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
                 progress(e + 1, epochs)
     finally:
         t_close = clock()
-        if kind in ("fastload", "fastload-1w"):
+        if kind in ("fastload", "fastload-1w", "fastload-noshare"):
             try:
                 extra["stats"] = {k: v for k, v in loader.stats().items() if k != "ring"}
             except Exception:
@@ -886,7 +892,8 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
         "n": n,
         "batch_size": bs,
         "epochs": epochs,
-        "workers": workers if kind in ("fastload", "fastload-1w", "torch") else 0,
+        "workers": workers if kind in ("fastload", "fastload-1w", "fastload-noshare",
+                                       "torch") else 0,
         "prefetch": prefetch,
         "shuffle": shuffle,
         "epoch_ns": epoch_ns,
@@ -1108,6 +1115,10 @@ def ratios(ws: dict[str, dict[str, Any]]) -> dict[str, float]:
             o = ws.get(other)
             if o is not None and o["samples_per_s"]["median"]:
                 out[f"{f}/{other}"] = fm / o["samples_per_s"]["median"]
+    noshare = ws.get("fastload-noshare")
+    if "fastload" in ws and noshare is not None and noshare["samples_per_s"]["median"]:
+        out["fastload/fastload-noshare"] = (ws["fastload"]["samples_per_s"]["median"]
+                                            / noshare["samples_per_s"]["median"])
     return out
 
 
@@ -1182,7 +1193,7 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) 
 
 def loader_label(s: dict[str, Any]) -> str:
     label = LOADER_LABEL[s["loader"]]
-    if s["loader"] in ("fastload", "fastload-1w", "torch") and s.get("workers"):
+    if s["loader"] in ("fastload", "fastload-1w", "fastload-noshare", "torch") and s.get("workers"):
         label += f" ({s['workers']}w, {s.get('start_method') or '?'})"
     return label
 
@@ -1371,7 +1382,8 @@ def plot_summaries(summaries: list[dict[str, Any]], path: str, title: str = "") 
     workloads = list(dict.fromkeys(s["workload"] for s in summaries))
     fig, axes = plt.subplots(len(workloads), 2, figsize=(12, 1.0 + 2.3 * len(workloads)),
                              squeeze=False, gridspec_kw={"width_ratios": [3, 2]})
-    colors = {"fastload": "#1f77b4", "fastload-1w": "#6baed6", "torch": "#ee4c2c",
+    colors = {"fastload": "#1f77b4", "fastload-1w": "#6baed6", "fastload-noshare": "#9467bd",
+              "torch": "#ee4c2c",
               "single": "#7f7f7f", "getitem": "#bdbdbd", "memcpy-warm": "#2ca02c",
               "memcpy-fresh": "#98df8a"}
     for row, w in enumerate(workloads):

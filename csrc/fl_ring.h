@@ -90,6 +90,77 @@ typedef struct fl_slot_info {
 } fl_slot_info;
 int fl_ring_slot_info(const void *mem, uint32_t slot, fl_slot_info *out);
 
+/* ---- Shared batches: workers take the rows of one batch (NOTE [shared rows] in fl_ring.c) ---- */
+
+/* Bytes of the control block with row tables of max_rows rows (<= FL_MAX_SHARED_ROWS; 0 if
+ * invalid); fl_ring_nbytes(n) == fl_ring_nbytes_rows(n, 0). */
+size_t fl_ring_nbytes_rows(uint32_t nslots, uint32_t max_rows);
+
+/* [parent] fl_ring_init with row tables for shared batches of up to max_rows rows. */
+int fl_ring_init_rows(void *mem, size_t total_bytes, uint32_t nslots, uint64_t slot_bytes,
+                      uint64_t data_offset, int64_t creator_pid, uint32_t max_rows);
+
+/* [parent] FREE -> QUEUED as a shared batch of `count` (1..max_rows) rows, all FREE. */
+int fl_ring_queue_shared(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32_t count);
+
+/* [parent] fl_ring_queue_shared with rows given to workers up front: row r < nowners to worker
+ * owners[r] (FL_TARGET_ANY: to none), as if that worker had taken it (it loaded that sample
+ * already: NOTE [first samples] in fastload/_engine.py). */
+int fl_ring_queue_shared_to(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch,
+                            uint32_t count, const uint32_t *owners, uint32_t nowners);
+
+/* [worker] The QUEUED shared batch with the lowest seq that has a FREE row: *slot_out and its
+ * state word (pass it to the calls below). FL_ETIMEOUT if there is none (this never waits). */
+int fl_ring_find_rows(void *mem, uint32_t *slot_out, uint32_t *state_out);
+
+/* [worker] fl_ring_find_rows, also counting rows given to worker_id (fl_ring_queue_shared_to). */
+int fl_ring_find_rows_for(void *mem, uint32_t worker_id, uint32_t *slot_out,
+                          uint32_t *state_out);
+
+/* [worker] Take FREE rows of a shared batch: `row` exactly (*n_out 0 or 1), or with
+ * row == FL_TAKE_PIECE up to max(1, rows left / divisor) consecutive FREE rows from the first FREE
+ * one (guided scheduling: big pieces first, single rows at the end), or with FL_TAKE_GIVEN one
+ * row given to worker_id up front (fl_ring_queue_shared_to). *n_out 0: none to take. */
+#define FL_TAKE_PIECE UINT32_MAX
+#define FL_TAKE_GIVEN (UINT32_MAX - 1)
+int fl_ring_take_rows(void *mem, uint32_t slot, uint32_t state, uint32_t worker_id,
+                      uint32_t row, uint32_t divisor, uint32_t *first_out, uint32_t *n_out);
+
+/* [worker] Rows [first, first + n), taken by worker_id, are loaded. *published_out = 1 if that
+ * finished the batch: this call published it READY. */
+int fl_ring_rows_done(void *mem, uint32_t slot, uint32_t state, uint32_t worker_id,
+                      uint32_t first, uint32_t n, int *published_out);
+
+/* [worker] Loading row `row` (taken by worker_id) raised; rows (row, end) it had taken are given
+ * up. *won_out = 1 if this worker is the one to fail the batch (the first to fail a row): it must
+ * then wait with fl_ring_rows_settle, then publish it FAILED with fl_ring_fail_shared. */
+int fl_ring_rows_fail(void *mem, uint32_t slot, uint32_t state, uint32_t worker_id,
+                      uint32_t row, uint32_t end, int *won_out);
+
+/* [worker] The failing worker waits up to timeout_ns until no row is being loaded (FREE rows are
+ * closed). FL_OK when none is, FL_ETIMEOUT (call again), FL_ESTOPPED. */
+int fl_ring_rows_settle(void *mem, uint32_t slot, int64_t timeout_ns, uint32_t *busy_out);
+
+/* [worker] QUEUED -> FAILED (owner worker_id) for the worker that won fl_ring_rows_fail. */
+int fl_ring_fail_shared(void *mem, uint32_t slot, uint32_t state, uint32_t worker_id);
+
+/* Row word `row` of a shared batch (FL_ROW_*, or worker + 1). */
+int fl_ring_row_state(const void *mem, uint32_t slot, uint32_t row, uint32_t *word_out);
+
+/* [parent] The rows worker_id (dead) had taken (not those only given to it): up to cap
+ * (slot, row) pairs; *n_out = how many there are in all. */
+int fl_ring_rows_of(const void *mem, uint32_t worker_id, uint32_t *slots, uint32_t *rows,
+                    uint32_t cap, uint32_t *n_out);
+
+/* [parent] Give back the rows of worker_id (dead), taken or given: FREE again (reopen != 0:
+ * other workers load them) or CLOSED; a batch it was failing is opened again (reopen) for another worker to fail,
+ * and a batch whose rows are all loaded is published READY. *n_out = rows given back. */
+int fl_ring_reset_rows(void *mem, uint32_t worker_id, int reopen, uint32_t *n_out);
+
+/* [parent] fl_ring_reset_rows for one slot only. */
+int fl_ring_reset_slot_rows(void *mem, uint32_t slot, uint32_t worker_id, int reopen,
+                            uint32_t *n_out);
+
 /* Pointer to a slot's header (NULL if out of range). */
 fl_slot_hdr *fl_ring_slot(void *mem, uint32_t slot);
 

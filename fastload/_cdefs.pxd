@@ -22,6 +22,7 @@ cdef extern from "fl_layout.h" nogil:
         FL_LAYOUT_VERSION
         FL_MAX_SLOTS
         FL_MAX_WORKERS
+        FL_MAX_SHARED_ROWS
         FL_SLOT_FREE
         FL_SLOT_QUEUED
         FL_SLOT_CLAIMED
@@ -37,6 +38,7 @@ cdef extern from "fl_layout.h" nogil:
         uint64_t data_offset
         uint64_t total_bytes
         int64_t creator_pid
+        uint32_t max_rows
         uint64_t n_queued
         uint64_t n_claimed
         uint64_t n_published
@@ -87,6 +89,30 @@ cdef extern from "fl_ring.h" nogil:
         uint32_t state, count, pid, flags, target, rows
         uint64_t seq, epoch, progress, var_bytes
     int fl_ring_slot_info(const void *mem, uint32_t slot, fl_slot_info *out)
+    size_t fl_ring_nbytes_rows(uint32_t nslots, uint32_t max_rows)
+    int fl_ring_init_rows(void *mem, size_t total_bytes, uint32_t nslots, uint64_t slot_bytes,
+                          uint64_t data_offset, int64_t creator_pid, uint32_t max_rows)
+    int fl_ring_queue_shared(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch,
+                             uint32_t count)
+    int fl_ring_find_rows(void *mem, uint32_t *slot_out, uint32_t *state_out)
+    int fl_ring_queue_shared_to(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch,
+                                uint32_t count, const uint32_t *owners, uint32_t nowners)
+    int fl_ring_find_rows_for(void *mem, uint32_t worker_id, uint32_t *slot_out,
+                              uint32_t *state_out)
+    int fl_ring_take_rows(void *mem, uint32_t slot, uint32_t state, uint32_t worker_id,
+                          uint32_t row, uint32_t divisor, uint32_t *first_out, uint32_t *n_out)
+    int fl_ring_rows_done(void *mem, uint32_t slot, uint32_t state, uint32_t worker_id,
+                          uint32_t first, uint32_t n, int *published_out)
+    int fl_ring_rows_fail(void *mem, uint32_t slot, uint32_t state, uint32_t worker_id,
+                          uint32_t row, uint32_t end, int *won_out)
+    int fl_ring_rows_settle(void *mem, uint32_t slot, int64_t timeout_ns, uint32_t *busy_out)
+    int fl_ring_fail_shared(void *mem, uint32_t slot, uint32_t state, uint32_t worker_id)
+    int fl_ring_row_state(const void *mem, uint32_t slot, uint32_t row, uint32_t *word_out)
+    int fl_ring_rows_of(const void *mem, uint32_t worker_id, uint32_t *slots, uint32_t *rows,
+                        uint32_t cap, uint32_t *n_out)
+    int fl_ring_reset_rows(void *mem, uint32_t worker_id, int reopen, uint32_t *n_out)
+    int fl_ring_reset_slot_rows(void *mem, uint32_t slot, uint32_t worker_id, int reopen,
+                                uint32_t *n_out)
 
 cdef extern from "fl_pack.h" nogil:
     int fl_pack_copy(void *dst, size_t dst_len, size_t offset, const void *src, size_t nbytes)

@@ -113,6 +113,7 @@ class LoaderConfig:
     share_dataset: bool = True
     on_error: str = "raise"  # NOTE [skipped samples] (_fill.py)
     max_skips: int | None = None  # per epoch, with on_error="skip"
+    share_rows: bool = True  # NOTE [shared rows] (csrc/fl_ring.c), where a batch allows it
 
     @property
     def depth(self) -> int:
@@ -138,6 +139,7 @@ class LoaderConfig:
         share_dataset: bool = True,
         on_error: Any = "raise",
         max_skips: Any = None,
+        share_rows: bool = True,
     ) -> LoaderConfig:
         """Validate a Loader's arguments (``pool``: a fastload.Pool or None; ``n``: the
         dataset's length, None for a plain iterable)."""
@@ -199,7 +201,7 @@ class LoaderConfig:
             timeout=timeout, max_held=max_held, copy=bool(copy), on_worker_death=on_worker_death,
             shard=rank_world, return_mask=bool(return_mask), batch_plan=batch_plan,
             on_stall=on_stall, sample_spec=sample_spec, share_dataset=bool(share_dataset),
-            on_error=on_error, max_skips=max_skips,
+            on_error=on_error, max_skips=max_skips, share_rows=bool(share_rows),
         )
 
 

@@ -18,12 +18,16 @@ verdict from ``pending`` (the callback appends it before the pool's lock is rele
 
 NOTE [first samples]
 A batch layout comes from the first sample (fastload/layout.py), loaded by worker 0 (the
-probe). The first time, every other worker loads the first sample of a later batch at the same
-time (a Probe with report=False) and keeps it (BatchFiller.warm) for when a batch that has it
-is filled: all workers start at once, so a dataset whose ``__getitem__`` waits until several
-workers have begun a sample (a barrier) works, and the first batches do not wait for one
-worker. A kept sample packed into a batch claimed by another worker is loaded again there (the
-ring hands batches to whichever worker is free): at most ``num_workers - 1`` samples, once.
+probe). The first time, every other worker loads another sample at the same time (a Probe with
+report=False) and keeps it (BatchFiller.warm) for when a batch that has it is filled: all
+workers start at once, so a dataset whose ``__getitem__`` waits until several workers have
+begun a sample (a barrier) works, and the first batches do not wait for one worker. With shared
+batches (``self.share``, NOTE [shared rows] in csrc/fl_ring.c) those are the next rows of the
+first batch, and the first batch is queued with each of those rows given to the worker that
+loaded it (``given``): no sample is loaded twice, and the first batch takes one sample's time.
+Otherwise they are the first samples of the next batches, and a kept sample packed into a batch
+claimed by another worker is loaded again there (the ring hands batches to whichever worker is
+free): at most ``num_workers - 1`` samples, once.
 
 NOTE [several passes]
 Every ``iter(loader)`` is a pass over its own epoch (0, 1, ... in the order they were started),
@@ -117,6 +121,12 @@ class Engine:
         self.shared_pool = pool  # a fastload.Pool (kept alive while this loader is), or None
         self.pending: deque[BaseException] = deque()  # NOTE [pool callbacks]
         self.warmed = False  # NOTE [first samples]
+        self.given: tuple[int, int, list[int]] | None = None  # (epoch, batch, row -> worker)
+        #: Whether batches may be shared (NOTE [shared rows] in csrc/fl_ring.c): they are if,
+        #: besides, the layout is all fixed-shape arrays (_setup_region).
+        self.share = (cfg.share_rows and cfg.num_workers > 1 and not self.plan.iterable
+                      and cfg.on_error != "skip" and self.plan.rows <= _ring.MAX_SHARED_ROWS
+                      and _loads_one_by_one(dataset))
         self._last_check = time.monotonic()
         self.filler = filler_for(dataset, None, 0) if cfg.num_workers == 0 else None
         if self.filler is not None:
@@ -369,8 +379,8 @@ class Engine:
         newest = self.active_epoch
         if newest is not None and 2 * self.queued.get(newest, 0) >= plan.nbatches_of(newest):
             plan.prepare(newest + 1)  # shuffle the next epoch halfway through this one
-        if queued:
-            pool.bell.ring()
+        if queued:  # shared batches: every idle worker may take rows of it
+            pool.bell.ring(slots.shared)
 
     def _left(self, e: int) -> bool:
         """Whether epoch ``e`` has batches not yet queued."""
@@ -405,7 +415,10 @@ class Engine:
             return False
         self.queued[e] = b + 1
         plan = self.plan
-        self.slots.queue(e, b, plan.batch(e, b), plan.seed, plan.target(e, b))
+        owners: list[int] = []
+        if self.given is not None and self.given[:2] == (e, b):
+            owners, self.given = self.given[2], None
+        self.slots.queue(e, b, plan.batch(e, b), plan.seed, plan.target(e, b), owners)
         return True
 
     def _make_room(self, want: int) -> None:
@@ -445,9 +458,13 @@ class Engine:
             e = self.active_epoch if self.active_epoch is not None else self.next_epoch
         b = self.live.get(e, 0)
         warm = 0 if self.warmed else self.cfg.num_workers
-        firsts = self.plan.probe_tasks(e, b, warm)
+        firsts = self.plan.probe_tasks(e, b, warm, self.share)
         if not firsts:
             return
+        if self.share:  # the first rows of batch b: given to the workers that load them
+            b_rows = self.plan.batch(e, b)
+            k = min(len(firsts), len(b_rows))
+            self.given = (e, b, [w for w, _ in firsts[:k]])
         (to, sample), rest = firsts[0], firsts[1:]
         alternates: tuple[int, ...] = ()
         if self.cfg.on_error == "skip":  # NOTE [skipped samples]: the rest of its batch
@@ -489,7 +506,8 @@ class Engine:
                        f"{mail.probe.sample if mail.probe else '?'} (the first sample, which sets "
                        "the batch layout)")
         self.layout = mail.layout
-        slots = self.slots = SlotTable(self.layout, self.cfg.nslots, self.counters)
+        shared = self.share and not self.layout.n_objects
+        slots = self.slots = SlotTable(self.layout, self.cfg.nslots, self.counters, shared)
         if self.closed:  # by another thread, which may have looked at self.slots before it was
             slots.close()  # set (close() sets closed first): never leave a region behind
             self.slots = None
@@ -541,11 +559,20 @@ class Engine:
         verdict = self.deaths.judge(deaths, lost, bool(held))
         ended: set[int] = set()  # live passes whose batch is abandoned: each raises the error
         if self.slots is not None:
+            ring = self.slots.ring
             for i, s, epoch in held:
                 requeue = not (verdict.fatal and epoch in self.live)
                 if not requeue:
                     ended.add(epoch)
-                self.slots.ring.reclaim_slot(s, i, requeue)
+                if _ring.state_bits(ring.state(s))[0] == _ring.CLAIMED:
+                    ring.reclaim_slot(s, i, requeue)
+                else:  # NOTE [shared rows]: its rows are loaded by others, or closed
+                    ring.reset_slot_rows(s, i, requeue)
+            if self.slots.shared:  # rows given to it up front, never begun: for others
+                for d in deaths:
+                    ring.reset_rows(d.worker, True)
+                if self.pool is not None:
+                    self.pool.bell.ring(True)
         if verdict.error is not None and ended:
             for epoch in ended:
                 self.lost[epoch] = verdict.error
@@ -614,9 +641,18 @@ class Engine:
     def stats(self) -> dict[str, Any]:
         slots, out = self.slots, dict[str, Any](self.counters)
         out.update(held_batches=slots.held if slots else 0, nslots=self.cfg.nslots,
-                   slot_bytes=self.layout.slot_bytes if self.layout is not None else None)
+                   slot_bytes=self.layout.slot_bytes if self.layout is not None else None,
+                   shared_rows=bool(slots is not None and slots.shared))
         if slots is not None and not slots.ring.closed:
             out["ring"] = slots.ring.stats()
         out["shared_dataset"] = list(self.sharing.converted) if self.sharing else []
         out["skipped"], out["skipped_total"] = list(self.skipped), self.skipped_total
         return out
+
+
+def _loads_one_by_one(dataset: Any) -> bool:
+    """Whether workers load ``dataset``'s samples one ``__getitem__`` at a time (not a whole
+    batch at once through ``__getitems__`` or a gather in C), so that they can share a batch."""
+    return (getattr(dataset, "__getitems__", None) is None
+            and not callable(getattr(dataset, "_fastload_columns", None))
+            and getattr(dataset, "_fastload_pieces", None) is None)

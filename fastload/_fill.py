@@ -229,6 +229,34 @@ class BatchFiller:
             ctx[2] = -1
         return image, None
 
+    def kept_rows(self, indices: Any, seed: int, epoch: int) -> list[int]:
+        """The rows of a batch whose samples this worker loaded first (NOTE [first samples]),
+        for it to take first (NOTE [shared rows] in csrc/fl_ring.c)."""
+        if not self.warm:
+            return []
+        mine = {k[2] for k in self.warm if k[:2] == (seed, epoch)}
+        return [r for r, i in enumerate(indices.tolist()) if i in mine][::-1]
+
+    def fill_rows(self, packer: Any, slot: int, indices: Any, first: int, n: int, seed: int,
+                  epoch: int) -> tuple[int, bytes | None]:
+        """Load rows [first, first + n) of a shared batch (fixed-shape leaves only) into
+        ``slot``: (-1, None), or (the row that raised, its packed exception)."""
+        ctx = _sample_ctx
+        ctx[0], ctx[1] = seed, epoch
+        ds = _Kept(self, seed, epoch) if self.warm else self.dataset
+        pack, objects = packer.pack, list[Any]()
+        row, index = first, None
+        try:
+            for row in range(first, first + n):
+                index = int(indices[row])
+                ctx[2] = index
+                pack(slot, row, ds[index], objects)
+        except BaseException as e:  # in a worker, as fill(): an error of the sample
+            return row, pack_exception(e, index, self.worker_id)
+        finally:
+            ctx[2] = -1
+        return -1, None
+
     def load(self, layout: Any, indices: Any, batch_size: int, seed: int, epoch: int,
              spec: Any = None) -> Any:
         """num_workers=0: (layout, batch) of the samples ``indices``, filled as a worker fills

@@ -289,7 +289,8 @@ class IterPlan(EpochPlan):
     def mask(self, epoch: int, b: int) -> _Array:
         return np.ones(self._of(epoch).last_rows, np.bool_)
 
-    def probe_tasks(self, epoch: int, b: int, n: int) -> list[tuple[int, int]]:
+    def probe_tasks(self, epoch: int, b: int, n: int, rows: bool = False
+                    ) -> list[tuple[int, int]]:
         """(worker, position) of the first batch from task ``b`` on of up to ``n`` workers
         whose iterators may go on (the first is the probe's)."""
         t, out = self._of(epoch), list[tuple[int, int]]()

@@ -7,8 +7,10 @@ Batch data never travels through the pipe: workers write straight into slots. Me
 rare (set-up, errors, object leaves that did not fit a slot), never one per batch.
 
 Parent -> worker: ``Bell`` + the pool's bell fd (sent first, once); ``AddDataset`` (a new
-client; a dataset pickled to more than 64 KiB travels as ``AddDatasetFd`` + a memfd holding it,
-so that no large write to a worker's pipe can wait on a worker that waits to write to us);
+client; a dataset pickled to more than 64 KiB travels as ``AddDatasetFd`` + the fd of an
+anonymous file holding it (a memfd, or an unlinked temporary file where there is no
+memfd_create: _region.new_fd), so that no large write to a worker's pipe can wait on a worker
+that waits to write to us);
 ``Probe`` (load one sample, reply ``ProbeStarted`` then ``LayoutFound`` or ``ProbeFailed``, or
 ``ProbeEnded`` when a plain iterable's iterator has no such sample); ``Attach`` + the client's
 region fd (map it, start filling its ring); ``Detach`` (drop the client's dataset, unmap its
@@ -19,12 +21,13 @@ fd that has not come.
 
 Worker -> parent: ``ProbeStarted``, ``LayoutFound``, ``ProbeEnded``, ``ProbeFailed``;
 ``BatchFailed`` for a batch that raised (sent *after* the slot is marked FAILED, so a large
-message can never block a worker that the parent is not yet reading); ``Spill`` for a batch's
-variable image (object and ragged leaves) that did not fit the slot's variable area, or on
-Linux ``SpillFd`` + the fd of a memfd holding it (the pool maps it on receipt and files a
-``Spill`` whose image is that mapping: large ragged batches cross without a copy through the
-pipe); ``Skipped`` for a batch in which ``on_error="skip"`` replaced samples that raised (the
-slot's ``F_SKIPPED`` flag says one follows; sent after the slot is READY, like ``Spill``);
+message can never block a worker that the parent is not yet reading); ``SpillFd`` + the fd of
+an anonymous file (as ``AddDatasetFd``) holding a batch's variable image (object and ragged
+leaves) that did not fit the slot's variable area (the pool maps it on receipt and files a
+``Spill`` whose image is that mapping: large ragged batches never cross the pipe, so a worker
+never waits in a large write for a parent that stopped reading that batch); ``Skipped`` for a
+batch in which ``on_error="skip"`` replaced samples that raised (the slot's ``F_SKIPPED`` flag
+says one follows; sent after the slot is READY, like ``Spill``);
 ``DatasetFailed`` when a dataset cannot be unpickled there; ``InitFailed`` when
 ``worker_init`` fails (it concerns every client).
 Batch messages are filed by (slot, seq): ``seq`` is the task's number in the slot header (64
@@ -56,7 +59,7 @@ class AddDataset(NamedTuple):
 
 class AddDatasetFd(NamedTuple):
     cid: int
-    nbytes: int  # a large pickled dataset, in a memfd whose fd follows (NOTE [worker protocol])
+    nbytes: int  # a pickled dataset in an anonymous file; its fd follows (NOTE [worker protocol])
 
 
 class Probe(NamedTuple):

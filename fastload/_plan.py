@@ -151,12 +151,20 @@ class EpochPlan:
         """The worker that must load batch ``b`` (None: any worker)."""
         return None
 
-    def probe_tasks(self, epoch: int, b: int, n: int) -> list[tuple[int, int]]:
+    def probe_tasks(self, epoch: int, b: int, n: int, rows: bool = False
+                    ) -> list[tuple[int, int]]:
         """NOTE [first samples] (_engine.py): (worker, sample) to load first, from batch ``b``
         on: the first of batches b, b + 1, ..., b + n - 1 by workers 0, 1, ... (at least one;
-        none if the epoch has no batch ``b``)."""
+        none if the epoch has no batch ``b``). With ``rows`` (shared batches), the first
+        samples of batch ``b`` itself, then the first of the batches after it."""
         nb = self.nbatches_of(epoch)
-        return [(k, int(self.batch(epoch, b + k)[0])) for k in range(min(max(1, n), nb - b))]
+        if b >= nb:
+            return []
+        firsts = self.batch(epoch, b)[: max(1, n)] if rows else self.batch(epoch, b)[:1]
+        out = [int(i) for i in firsts]
+        later = range(1, min(n - len(out), nb - b - 1) + 1)
+        out += [int(self.batch(epoch, b + k)[0]) for k in later]
+        return list(enumerate(out[: max(1, n)]))
 
     def ended(self, epoch: int, worker: int) -> None:
         """A plain iterable's: ``worker``'s iterator of ``epoch`` has no sample left."""

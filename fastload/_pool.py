@@ -296,7 +296,7 @@ class WorkerPool:
         Then wake the workers that sleep on the bell, so they read it now. False if worker i is
         dead (check() restarts it, and the restart sends the datasets and regions it needs)."""
         owned = None
-        if isinstance(msg, m.AddDataset) and len(msg.payload) > _INLINE_BYTES and _HAVE_MEMFD:
+        if isinstance(msg, m.AddDataset) and len(msg.payload) > _INLINE_BYTES:
             owned = fd = _memfd_of(msg.payload)
             msg = m.AddDatasetFd(msg.cid, len(msg.payload))
         try:
@@ -669,9 +669,9 @@ class Pool:
         )
 
 
-#: Larger messages to a worker go in a memfd (NOTE [worker protocol]): a pipe holds ~200 KiB.
+#: Larger messages to a worker go in an anonymous file (NOTE [worker protocol]: a memfd, or an
+#: unlinked temporary file where there is no memfd_create): a pipe holds ~200 KiB.
 _INLINE_BYTES = 64 * 1024
-_HAVE_MEMFD = hasattr(os, "memfd_create")
 
 
 def _memfd_of(data: bytes) -> int:

@@ -9,6 +9,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE
 
 from fastload._cdefs cimport *
 from fastload._status import raise_for_status
+import numpy as np
 
 FREE = FL_SLOT_FREE
 QUEUED = FL_SLOT_QUEUED
@@ -22,6 +23,10 @@ F_SKIPPED = FL_SLOT_F_SKIPPED
 LAYOUT_VERSION = FL_LAYOUT_VERSION
 MAX_SLOTS = FL_MAX_SLOTS
 MAX_WORKERS = FL_MAX_WORKERS
+MAX_SHARED_ROWS = FL_MAX_SHARED_ROWS
+ROW_DONE = 0xFFFFFFFF  # FL_ROW_* (fl_layout.h): a shared batch's row words
+ROW_ERRORED = 0xFFFFFFFE
+ROW_CLOSED = 0xFFFFFFFD
 #: Whether this build waits with futex(2) (else the portable backoff, FASTLOAD_PORTABLE=1).
 HAVE_FUTEX = bool(FL_HAVE_FUTEX)
 
@@ -80,6 +85,16 @@ cdef inline int _check(int rc, str context) except -1:
     if rc != FL_OK:
         raise_for_status(rc, fl_strerror(rc).decode(), context)
     return 0
+
+
+def control_nbytes_rows(uint32_t nslots, uint32_t max_rows):
+    """Bytes of the control block of ``nslots`` slots with row tables of ``max_rows`` rows
+    (shared batches, NOTE [shared rows] in csrc/fl_ring.c)."""
+    cdef size_t n = fl_ring_nbytes_rows(nslots, max_rows)
+    if n == 0:
+        raise ValueError(f"invalid ring size: {nslots} slots of {max_rows} shared rows "
+                         f"(at most {FL_MAX_SHARED_ROWS} rows)")
+    return n
 
 
 def control_nbytes(uint32_t nslots):
@@ -165,25 +180,28 @@ cdef class RingIndex(_Mapped):
     cdef readonly uint32_t nslots
     cdef readonly uint64_t slot_bytes
     cdef readonly uint64_t data_offset
+    cdef readonly uint32_t max_rows
 
     def __cinit__(self, buffer, *, bint _format=False, uint32_t nslots=0, uint64_t slot_bytes=0,
-                  uint64_t data_offset=0, int64_t creator_pid=0):
+                  uint64_t data_offset=0, int64_t creator_pid=0, uint32_t max_rows=0):
         self._what = "ring"
         if _format:
-            _check(fl_ring_init(self._mem, self._nbytes, nslots, slot_bytes, data_offset,
-                                creator_pid), "formatting the shared region")
+            _check(fl_ring_init_rows(self._mem, self._nbytes, nslots, slot_bytes, data_offset,
+                                     creator_pid, max_rows), "formatting the shared region")
         _check(fl_ring_attach(self._mem, self._nbytes), "attaching to the shared region")
         cdef fl_header *h = <fl_header *>self._mem
         self.nslots = h.nslots
         self.slot_bytes = h.slot_bytes
         self.data_offset = h.data_offset
+        self.max_rows = h.max_rows
 
     @classmethod
     def create(cls, buffer, uint32_t nslots, uint64_t slot_bytes, uint64_t data_offset,
-               int64_t creator_pid):
-        """Format ``buffer`` as a ring of ``nslots`` slots of ``slot_bytes`` at ``data_offset``."""
+               int64_t creator_pid, uint32_t max_rows=0):
+        """Format ``buffer`` as a ring of ``nslots`` slots of ``slot_bytes`` at ``data_offset``
+        (with row tables for shared batches of up to ``max_rows`` rows)."""
         return cls(buffer, _format=True, nslots=nslots, slot_bytes=slot_bytes,
-                   data_offset=data_offset, creator_pid=creator_pid)
+                   data_offset=data_offset, creator_pid=creator_pid, max_rows=max_rows)
 
 
     cdef inline int _slot_ok(self, long long slot) except -1:
@@ -203,6 +221,134 @@ cdef class RingIndex(_Mapped):
                 raise ValueError(f"target worker must be in [0, {FL_MAX_WORKERS}), got {target}")
             t = target
         _check(fl_ring_queue_to(m, slot, seq, epoch, count, t), f"queueing slot {slot}")
+
+    # -- shared batches (NOTE [shared rows] in csrc/fl_ring.c) --------------------------------
+    def queue_shared(self, long long slot, uint64_t seq, uint64_t epoch, uint32_t count,
+                     owners=()):
+        """[parent] FREE -> QUEUED as a batch whose rows any worker takes; row ``r`` of
+        ``owners`` given to worker ``owners[r]`` up front (None: to none)."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef uint32_t n = len(owners)
+        if n > count:
+            raise ValueError(f"{n} row owners for a batch of {count} rows")
+        cdef uint32_t[::1] own = np.array(
+            [0xFFFFFFFF if w is None else w for w in owners] or [0], np.uint32)
+        _check(fl_ring_queue_shared_to(m, slot, seq, epoch, count, &own[0], n),
+               f"queueing shared slot {slot}")
+
+    def find_rows(self, worker_id=None):
+        """[worker] ``(slot, state)`` of the oldest shared batch with a row to take (or a row
+        given to ``worker_id``), or ``(-1, 0)``."""
+        cdef void *m = self._m()
+        cdef uint32_t slot = 0, state = 0
+        cdef uint32_t w = 0xFFFFFFFFu if worker_id is None else <uint32_t>worker_id
+        if fl_ring_find_rows_for(m, w, &slot, &state) != FL_OK:
+            return -1, 0
+        return slot, state
+
+    def take_rows(self, long long slot, uint32_t state, uint32_t worker_id, long long row,
+                  uint32_t divisor):
+        """[worker] ``(first, n)``: rows taken, ``row`` exactly (``row >= 0``), a guided
+        piece (``-1``) or a row given to this worker up front (``-2``); ``n == 0``: none.
+        ``None`` if the batch is no longer that one."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef uint32_t first = 0, n = 0
+        cdef uint32_t r = 0xFFFFFFFEu if row == -2 else (0xFFFFFFFFu if row < 0 else <uint32_t>row)
+        cdef int rc = fl_ring_take_rows(m, slot, state, worker_id, r, divisor, &first, &n)
+        if rc == FL_ESTATE:
+            return None
+        _check(rc, f"taking rows of slot {slot}")
+        return first, n
+
+    def rows_done(self, long long slot, uint32_t state, uint32_t worker_id, uint32_t first,
+                  uint32_t n):
+        """[worker] Rows loaded; True if that finished (and published) the batch."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef int published = 0
+        _check(fl_ring_rows_done(m, slot, state, worker_id, first, n, &published),
+               f"finishing rows of slot {slot}")
+        return bool(published)
+
+    def rows_fail(self, long long slot, uint32_t state, uint32_t worker_id, uint32_t row,
+                  uint32_t end):
+        """[worker] Row ``row`` raised (rows up to ``end`` given up); True: fail the batch."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef int won = 0
+        _check(fl_ring_rows_fail(m, slot, state, worker_id, row, end, &won),
+               f"failing a row of slot {slot}")
+        return bool(won)
+
+    def rows_settle(self, long long slot, double timeout):
+        """[worker] Wait (GIL released) until no row of the batch is being loaded: 0 when
+        none is, else how many are (timed out); -2 once stopped."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef uint32_t busy = 0
+        cdef int64_t ns = _to_ns(timeout)
+        cdef int rc
+        self._enter()
+        with nogil:
+            rc = fl_ring_rows_settle(m, slot, ns, &busy)
+        self._leave()
+        if rc == FL_ESTOPPED:
+            return -2
+        if rc != FL_ETIMEOUT:
+            _check(rc, f"settling slot {slot}")
+        return busy
+
+    def fail_shared(self, long long slot, uint32_t state, uint32_t worker_id):
+        """[worker] Publish a shared batch FAILED (the worker that won rows_fail)."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef int rc = fl_ring_fail_shared(m, slot, state, worker_id)
+        if rc == FL_ESTATE:
+            return False
+        _check(rc, f"failing slot {slot}")
+        return True
+
+    def row_state(self, long long slot, uint32_t row):
+        """A shared batch's row word: 0 FREE, k + 1 taken by worker k, or ROW_DONE,
+        ROW_ERRORED, ROW_CLOSED."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef uint32_t w = 0
+        _check(fl_ring_row_state(m, slot, row, &w), f"reading row {row} of slot {slot}")
+        return w
+
+    def rows_of(self, uint32_t worker_id):
+        """[parent] The ``(slot, row)`` pairs dead worker ``worker_id`` had taken."""
+        cdef void *m = self._m()
+        cdef uint32_t n = 0
+        _check(fl_ring_rows_of(m, worker_id, NULL, NULL, 0, &n), "listing a worker's rows")
+        if n == 0:
+            return []
+        cdef uint32_t[::1] slots = np.empty(n, np.uint32)
+        cdef uint32_t[::1] rows = np.empty(n, np.uint32)
+        cdef uint32_t got = 0
+        _check(fl_ring_rows_of(m, worker_id, &slots[0], &rows[0], n, &got),
+               "listing a worker's rows")
+        return [(int(slots[k]), int(rows[k])) for k in range(min(n, got))]
+
+    def reset_rows(self, uint32_t worker_id, bint reopen):
+        """[parent] Give back dead worker ``worker_id``'s rows (FREE if ``reopen``, else
+        CLOSED); returns how many."""
+        cdef void *m = self._m()
+        cdef uint32_t n = 0
+        _check(fl_ring_reset_rows(m, worker_id, reopen, &n), "giving back a worker's rows")
+        return n
+
+    def reset_slot_rows(self, long long slot, uint32_t worker_id, bint reopen):
+        """[parent] reset_rows for shared batch ``slot`` only."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef uint32_t n = 0
+        _check(fl_ring_reset_slot_rows(m, slot, worker_id, reopen, &n),
+               f"giving back worker {worker_id}'s rows of slot {slot}")
+        return n
 
     def claim(self, uint32_t worker_id, double timeout):
         """[worker] Claim the oldest queued slot, waiting up to ``timeout`` seconds (GIL released).

@@ -110,8 +110,12 @@ class SlotTable:
     """The parent's view of a loader's region: the ring, its slots' bookkeeping and the tasks
     in flight, oldest first."""
 
-    def __init__(self, layout: BatchLayout, nslots: int, counters: dict[str, int]) -> None:
-        ctl = _ring.control_nbytes(nslots)
+    def __init__(self, layout: BatchLayout, nslots: int, counters: dict[str, int],
+                 shared: bool = False) -> None:
+        #: Batches are shared (NOTE [shared rows] in csrc/fl_ring.c): any worker takes rows.
+        self.shared = shared
+        max_rows = layout.batch_size if shared else 0
+        ctl = _ring.control_nbytes_rows(nslots, max_rows)
         data_offset = -(-ctl // PAGE) * PAGE
         self.region = SharedRegion(
             data_offset + nslots * layout.slot_bytes,
@@ -119,7 +123,7 @@ class SlotTable:
                  f"{layout.batch_size} samples of {layout.describe_size()})")
         try:
             self.ring = _ring.RingIndex.create(
-                self.region.mm, nslots, layout.slot_bytes, data_offset, os.getpid()
+                self.region.mm, nslots, layout.slot_bytes, data_offset, os.getpid(), max_rows
             )
         except BaseException:
             self.region.close()
@@ -140,11 +144,16 @@ class SlotTable:
         return len(self.inflight) < depth and bool(self.free)
 
     def queue(self, epoch: int, batch: int, indices: Any, seed: int,
-              target: int | None = None) -> None:
-        """Queue batch ``batch`` of ``epoch`` for any worker, or for worker ``target`` only."""
+              target: int | None = None, owners: list[int] | None = None) -> None:
+        """Queue batch ``batch`` of ``epoch`` for any worker, or for worker ``target`` only; a
+        shared batch with its first rows given to workers ``owners`` (NOTE [first samples])."""
         slot = self.free.pop()
         self.map.write_task(slot, indices, seed)
-        self.ring.queue(slot, self.seq, epoch, len(indices), target)
+        if self.shared and target is None:
+            self.ring.queue_shared(slot, self.seq, epoch, len(indices),
+                                   (owners or [])[: len(indices)])
+        else:
+            self.ring.queue(slot, self.seq, epoch, len(indices), target)
         self.inflight.append(Task(self.seq, slot, epoch, batch, target))
         self.seq += 1
 
@@ -183,6 +192,8 @@ class SlotTable:
             if task.epoch == epoch:
                 if _ring.state_bits(self.ring.state(task.slot))[0] == _ring.CLAIMED:
                     return None
+                if self.shared and self.loading_rows(task.slot):
+                    return None  # workers load some of its rows
                 self.inflight.remove(task)
                 self.drop(task.slot)
                 return task
@@ -268,13 +279,22 @@ class SlotTable:
 
     # -- what workers are doing --------------------------------------------------------------
     def claimed_by(self, worker: int) -> list[tuple[int, int, int | None]]:
-        """(slot, epoch, sample index being loaded) of every slot ``worker`` has claimed."""
+        """(slot, epoch, sample index being loaded) of every slot ``worker`` has claimed, and
+        of every row of a shared batch it has taken."""
         out = []
         for s in range(self.nslots):
             info = self.ring.slot_info(s)
             if info["state"] == _ring.CLAIMED and info["owner"] == worker:
                 out.append((s, info["epoch"], self.loading(s, info)[0]))
+        for s, row in self.ring.rows_of(worker) if self.shared else ():
+            info = self.ring.slot_info(s)
+            out.append((s, info["epoch"], int(self.map.indices(s, info["count"])[row])))
         return out
+
+    def loading_rows(self, slot: int) -> list[int]:
+        """The rows of shared batch ``slot`` that workers are loading now."""
+        count = self.ring.slot_count(slot)
+        return [r for r in range(count) if 0 < self.ring.row_state(slot, r) <= _ring.MAX_WORKERS]
 
     def loading(self, slot: int, info: dict[str, Any]) -> tuple[int | None, int, int]:
         """(sample index, row, rows) a worker is loading in a CLAIMED slot, from its progress."""
@@ -292,6 +312,14 @@ class SlotTable:
                 f"worker {info['owner']} (pid {info['pid']}) has been loading sample index "
                 f"{index} (row {row} of {count} in this batch) for too long"
             )
+        if st == _ring.QUEUED and self.shared:
+            rows = self.loading_rows(slot)
+            if rows:
+                idx = self.map.indices(slot, info["count"])
+                who = ", ".join(f"worker {self.ring.row_state(slot, r) - 1} sample index "
+                                f"{int(idx[r])} (row {r})" for r in rows[:8])
+                return (f"workers have been loading rows of this batch of {info['count']} for "
+                        f"too long: {who}{' ...' if len(rows) > 8 else ''}")
         return (
             f"the batch was still {STATE_NAMES.get(st, st)} (no worker picked it up); "
             f"{len(self.leased)} batches still referenced by the caller"

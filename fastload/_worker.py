@@ -145,7 +145,6 @@ def _seed_worker(seed: int, worker_id: int) -> None:
     """Distinct, reproducible global RNG state per worker (NumPy and `random`)."""
     import random
 
-    import numpy as np
 
     ss = np.random.SeedSequence(seed).spawn(worker_id + 1)[worker_id]
     state = ss.generate_state(4)
@@ -167,6 +166,7 @@ class _Client:
         self.region: Any = None
         self.layout: Any = None
         self.slots: Any = None
+        self.shared = False  # its batches are shared (NOTE [shared rows] in csrc/fl_ring.c)
 
     def attach(self, layout: Any, nbytes: int, fd: int) -> None:
         from ._pack import Packer
@@ -178,6 +178,7 @@ class _Client:
         self.region = SharedRegion.attach(fd, nbytes)
         self.ring = RingIndex(self.region.mm)
         self.slots = SlotMap(self.region.mm, self.ring, layout)
+        self.shared = self.ring.max_rows > 0
         self.packer = Packer(
             self.region.mm,
             self.ring.data_offset,
@@ -232,7 +233,7 @@ class _Client:
             if ring.publish(slot, state, False):
                 self.worker.conn.send(m.BatchFailed(self.cid, slot, info["seq"], error))
             return
-        spill: Any = None
+        spill: int | None = None
         flags = self.filler.flags  # F_ENDED: a plain iterable's iterator ended
         skipped = self.filler.skipped  # NOTE [skipped samples] (_fill.py)
         if skipped:
@@ -258,20 +259,83 @@ class _Client:
 
                 ring.set_result(slot, F_SPILLED | flags, 0)
         if not ring.publish(slot, state, True):
-            if isinstance(spill, int):
+            if spill is not None:
                 os.close(spill)
             return  # reclaimed meanwhile (cannot happen while we live) or cancelled
-        if isinstance(spill, int):  # NOTE [worker protocol]: the memfd follows its message
+        if spill is not None:  # NOTE [worker protocol]: the memfd follows its message
             try:
                 nbytes = image.nbytes
                 self.worker.conn.send(m.SpillFd(self.cid, slot, info["seq"], nbytes))
                 send_handle(self.worker.conn, spill, os.getppid())
             finally:
                 os.close(spill)
-        elif spill is not None:
-            self.worker.conn.send(m.Spill(self.cid, slot, info["seq"], spill))
         if skipped:
             self.worker.conn.send(m.Skipped(self.cid, slot, info["seq"], tuple(skipped)))
+
+
+    def fill_rows(self, slot: int, state: int) -> None:
+        """NOTE [shared rows] (csrc/fl_ring.c): load rows of the shared batch in ``slot`` until
+        none is left to take; rows this worker loaded first (NOTE [first samples]) are taken
+        first. The batch read here is checked by the first take: a slot queued again since
+        ``state`` was read gives nothing."""
+        set_worker_info(self.info)
+        ring, slots, filler = self.ring, self.slots, self.filler
+        assert filler is not None
+        wid, divisor = self.worker.worker_id, 2 * self.worker.num_workers
+        info = ring.slot_info(slot)
+        count = info["count"]
+        if not 0 < count <= ring.max_rows:
+            return  # queued again meanwhile (the take below would say so)
+        indices, seed, epoch = slots.indices(slot, count), slots.seed(slot), info["epoch"]
+        kept = filler.kept_rows(indices, seed, epoch)
+        given = True  # rows given to this worker up front first: it loaded their samples
+        while not ring.stopped:
+            got = ring.take_rows(slot, state, wid, -2 if given else kept.pop() if kept else -1,
+                                 divisor)
+            if got is None:
+                return  # not the batch that was read
+            first, n = got
+            if n == 0:
+                if given or kept:
+                    given = False
+                    continue
+                return
+            row, error = filler.fill_rows(self.packer, slot, indices, first, n, seed, epoch)
+            if error is None:
+                if ring.rows_done(slot, state, wid, first, n):
+                    return  # that was its last row: published
+                continue
+            if row > first:
+                ring.rows_done(slot, state, wid, first, row - first)
+            if ring.rows_fail(slot, state, wid, row, first + n):
+                self._fail_rows(slot, state, info["seq"], indices, row, error, seed, epoch)
+            return
+
+    def _fail_rows(self, slot: int, state: int, seq: int, indices: Any, row: int,
+                   error: bytes, seed: int, epoch: int) -> None:
+        """This worker's row was the first of the shared batch to raise: once no row is being
+        loaded, publish it FAILED with the error one worker loading the batch in order would
+        have given (that of its first row that raises: the rows before ``row`` not loaded are
+        tried again), then send it."""
+        from ._ring import ROW_DONE
+
+        ring, filler = self.ring, self.filler
+        assert filler is not None
+        while True:
+            busy = ring.rows_settle(slot, _CLAIM_TIMEOUT_S)
+            if busy == 0:
+                break
+            if busy == -2:
+                return  # the loader is closing
+        for r in range(row):
+            if ring.row_state(slot, r) != ROW_DONE:
+                bad, earlier = filler.fill_rows(self.packer, slot, indices, r, 1, seed, epoch)
+                if earlier is not None:
+                    row, error = bad, earlier
+                    break
+        ring.set_progress(slot, row, self.pid)  # who failed it: the parent reads its pipe
+        if ring.fail_shared(slot, state, self.worker.worker_id):
+            self.worker.conn.send(m.BatchFailed(self.cid, slot, seq, error))
 
 
 def _read_all(fd: int, nbytes: int) -> list[bytes]:
@@ -285,19 +349,12 @@ def _read_all(fd: int, nbytes: int) -> list[bytes]:
     return parts
 
 
-#: Oversized variable images travel in a memfd of their own where there is memfd_create.
-_USE_MEMFD = hasattr(os, "memfd_create")
-
-
-def _overflow(image: Any) -> int | bytes:
-    """A variable image too large for its slot: written into a memfd of its own (Linux; its fd,
-    sent to the parent), else pickled bytes for the pipe. The memfd's pages are reserved up
-    front (_region.new_fd), so that no memory is an error here instead of a SIGBUS while
-    writing."""
-    if not _USE_MEMFD:
-        data = np.empty(image.nbytes, np.uint8)
-        image.write_into(data, 0)
-        return data.tobytes()
+def _overflow(image: Any) -> int:
+    """A variable image too large for its slot, written into an anonymous file of its own (a
+    memfd on Linux, an unlinked temporary file elsewhere: _region.new_fd) whose fd is sent to
+    the parent. Never the pipe: a large pipe write would wait for a parent that no longer reads
+    this batch (an epoch left early), or that waits to send to this worker. The file's pages are
+    reserved up front, so that no memory is an error here instead of a SIGBUS while writing."""
     from ._region import new_fd
 
     fd = new_fd(image.nbytes, "a batch too large for its slot")
@@ -341,10 +398,18 @@ class _Worker:
             closing = []
             for k in range(n):
                 client = active[(self.next + k) % n]
-                slot, state = client.ring.claim(self.worker_id, 0.0)
+                if client.shared:  # NOTE [shared rows] (csrc/fl_ring.c)
+                    slot, state = client.ring.find_rows(self.worker_id)
+                    if slot < 0 and client.ring.stopped:
+                        slot = -2
+                else:
+                    slot, state = client.ring.claim(self.worker_id, 0.0)
                 if slot >= 0:
                     self.next = (self.next + k + 1) % n  # the next scan starts past this ring
-                    client.fill(slot, state)
+                    if client.shared:
+                        client.fill_rows(slot, state)
+                    else:
+                        client.fill(slot, state)
                     claimed = True
                     break
                 if slot == -2:  # that loader is closing; its detach message follows

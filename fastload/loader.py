@@ -251,6 +251,14 @@ class Loader:
     max_skips : int, optional
         With ``on_error="skip"``: more than this many replaced samples in one epoch raise
         :class:`SkipLimitError` (listing them) and end the epoch; None: no limit.
+    share_rows : bool
+        Let idle workers load the remaining samples of the oldest unfinished batch, so the
+        first batch and the last ones of an epoch do not wait for one worker while the others
+        idle (default True). It applies to map-style datasets loaded one ``__getitem__`` at a
+        time into fixed-shape batches (no ``__getitems__``, ragged or object leaves, or
+        ``on_error="skip"``), with two workers or more; the batches are the same either way,
+        only which worker loads which sample changes (``get_worker_info().id`` may differ
+        between the samples of one batch). NOTE [shared rows] in csrc/fl_ring.c.
 
     Examples
     --------
@@ -290,6 +298,7 @@ class Loader:
         shuffle_buffer: int | None = None,
         on_error: str = "raise",
         max_skips: int | None = None,
+        share_rows: bool = True,
         **unknown: Any,
     ) -> None:
         self._engine: Engine | None = None
@@ -327,6 +336,7 @@ class Loader:
             batch_plan=batch_plan, on_stall=on_stall, pool=pool, ragged=ragged,
             pad_value=pad_value, pad_to_multiple=pad_to_multiple, stack=stack,
             share_dataset=share_dataset, on_error=on_error, max_skips=max_skips,
+            share_rows=share_rows,
         )
         self.batch_size = cfg.batch_size
         self.num_workers = cfg.num_workers
@@ -395,7 +405,8 @@ class Loader:
         """Counters: copied and spilled batches, worker restarts, ring operations;
         ``skipped`` (on_error="skip"): the replaced samples, the latest 1,000, each a dict of
         ``epoch``, ``index``, ``error`` (the exception's type and message) and ``replaced_by``
-        (the index loaded in its place), and ``skipped_total``."""
+        (the index loaded in its place), and ``skipped_total``; ``shared_rows``: whether
+        workers share the rows of batches (``share_rows``, once the first batch is loaded)."""
         assert self._engine is not None
         return self._engine.stats()
 

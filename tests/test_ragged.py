@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -217,14 +218,18 @@ def test_a_misspelt_or_scalar_leaf_name_is_refused_at_the_first_sample():
 
 
 @pytest.mark.timeout(MP_TIMEOUT)
-def test_without_memfd_an_oversized_batch_comes_over_the_pipe(monkeypatch):
-    import fastload._worker as worker
+def test_without_memfd_an_oversized_batch_comes_in_a_temporary_file(monkeypatch, tmp_path):
+    # macOS has no memfd_create: the batch goes in an unlinked temporary file, whose fd is sent
+    # (never the pipe, which a worker would block on when the parent stops reading that batch)
+    import tempfile
 
-    monkeypatch.setattr(worker, "_USE_MEMFD", False)  # inherited by the forked workers
+    monkeypatch.delattr(os, "memfd_create")  # inherited by the forked workers
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     ds = Big(mib=4)
     with fastload.Loader(ds, 2, num_workers=2, start_method="fork", ragged="packed") as loader:
         batches = list(loader)
         assert loader.stats()["spilled_batches"] == 1
+    assert list(tmp_path.iterdir()) == []  # unlinked at once: nothing to leak
     big = batches[0]
     assert big.offsets.tolist() == [0, 10, 10 + (4 << 20)]
     assert np.array_equal(big.values[10:20], ((np.arange(10) + 1) % 128).astype(np.int8))

@@ -71,6 +71,8 @@ class Case:
     def check(self, epoch: int, b: int, batch: Any) -> None:
         assert fingerprint(self.kind, batch) == self.ref(epoch)[b], (self.kind, epoch, b)
         self.stats["batches checked"] += 1
+        if self.kind == "shared" and self.loader.stats()["shared_rows"]:
+            self.stats["batches checked, shared rows"] += 1
 
     def pids(self) -> list[int]:
         procs = self.loader._engine.pool.procs if self.loader._engine.pool else []

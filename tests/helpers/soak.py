@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-KINDS = ("fixed", "spill", "ragged", "unstacked")
+KINDS = ("fixed", "spill", "ragged", "unstacked", "shared")
 
 
 class SoakData:
@@ -16,7 +16,9 @@ class SoakData:
     * spill: (int64 (4,), bytes) where every 5th sample's bytes are 200 kB - its batch does not
       fit the slot's variable area (sized from sample 0) and travels in a memfd;
     * ragged: {"tokens": int32 of length i % 23, "label": i} - ragged="packed";
-    * unstacked: a structure that changes with the index - stack=False.
+    * unstacked: a structure that changes with the index - stack=False;
+    * shared: (float32 (8,), int64) - fixed-shape leaves only: with 2 workers or more its
+      batches are shared, each loaded row by row by any worker (NOTE [shared rows]).
     """
 
     def __init__(self, n: int, kind: str) -> None:
@@ -29,6 +31,8 @@ class SoakData:
         kind = self.kind
         if kind == "fixed":
             return np.arange(8, dtype=np.float32) + i, i, "s" * (i % 13)
+        if kind == "shared":
+            return np.arange(8, dtype=np.float32) + i, np.int64(i)
         if kind == "spill":
             return np.full(4, i, np.int64), bytes([i % 256]) * (200_000 if i % 5 == 0 and i else 8)
         if kind == "ragged":
@@ -53,6 +57,9 @@ def fingerprint(kind: str, batch: Any) -> Any:
     if kind == "fixed":
         x, n, s = batch
         return x.tolist(), n.tolist(), list(s)
+    if kind == "shared":
+        x, n = batch
+        return x.tolist(), n.tolist()
     if kind == "spill":
         x, b = batch
         return x.tolist(), [(len(v), v[:1]) for v in b]
