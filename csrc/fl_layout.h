@@ -83,7 +83,8 @@ typedef struct fl_slot_hdr {
     fl_atomic_u32 state;    /* gen:16 | owner:12 | state:4, see above */
     uint32_t count;         /* rows in this batch (written by the parent before QUEUED) */
     fl_atomic_u64 seq;      /* the parent's batch sequence number (written before QUEUED) */
-    uint64_t epoch;         /* informative (written before QUEUED) */
+    fl_atomic_u64 epoch;    /* informative (written before QUEUED; atomic: read by workers
+                             * that scan shared batches they have not taken rows of) */
     fl_atomic_u64 progress; /* rows done by the claiming worker (relaxed; for error messages) */
     fl_atomic_u32 pid;      /* pid of the claiming worker */
     fl_atomic_u32 flags;    /* worker-written before READY (e.g. FL_SLOT_F_SPILLED) */
@@ -99,7 +100,7 @@ typedef struct fl_slot_hdr {
 #define FL_SLOT_F_SPILLED 1u /* the variable-size part did not fit: it travels by pipe */
 #define FL_SLOT_F_ENDED 2u   /* the worker's stream ended in (rows < count) or before this batch */
 #define FL_SLOT_F_SKIPPED 4u /* on_error="skip" replaced failing samples: a Skipped message says which */
-#define FL_TARGET_ANY UINT32_MAX
+#define FL_TARGET_ANY UINT32_MAX /* fl_ring_queue_to: any worker may claim the slot */
 /* fl_slot_hdr.share */
 #define FL_SHARE_OFF 0u     /* one worker claims the whole batch (fl_ring_claim) */
 #define FL_SHARE_ON 1u      /* its rows are taken by any worker (fl_ring_take_rows) */
@@ -111,7 +112,7 @@ typedef struct fl_slot_hdr {
 #define FL_ROW_GIVEN 0x40000000u
 #define FL_ROW_CLOSED 0xFFFFFFFDu  /* not to be loaded: the batch fails, or was cancelled */
 #define FL_ROW_ERRORED 0xFFFFFFFEu /* loading it raised */
-#define FL_ROW_DONE 0xFFFFFFFFu /* fl_ring_queue_to: any worker may claim the slot */
+#define FL_ROW_DONE 0xFFFFFFFFu    /* loaded */
 
 FL_STATIC_ASSERT(sizeof(fl_header) == 5 * FL_CACHELINE, "fl_header size is pinned");
 FL_STATIC_ASSERT(offsetof(fl_header, stop) == FL_CACHELINE, "stop flag offset is pinned");

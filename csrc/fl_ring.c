@@ -128,7 +128,7 @@ int fl_ring_queue_to(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uin
     if (FL_STATE_BITS(w) != FL_SLOT_FREE) return FL_ESTATE;
     /* Plain fields are published by the release store of the state word below; seq is atomic
      * because claimers scan it on slots they do not own. */
-    fl_atomic_store_relaxed_u32(&s->count, count); /* atomic: find_rows scans it, as seq */
+    fl_atomic_store_release_u32(&s->count, count); /* atomic: workers read it (shared_slot) */
     fl_atomic_store_relaxed_u64(&s->epoch, epoch);
     fl_atomic_store_relaxed_u32(&s->target, target == FL_TARGET_ANY ? 0 : target + 1);
     fl_atomic_store_relaxed_u32(&s->rows, count);
@@ -415,7 +415,7 @@ int fl_ring_slot_info(const void *mem, uint32_t slot, fl_slot_info *out) {
  *     last DONE and before publishing, the parent publishes.
  *   - a row that raises is ERRORED; the first worker to fail a row (a CAS of share ON -> FAILING)
  *     closes the FREE rows, waits until nobody loads a row of the batch (fl_ring_rows_settle),
- *     and publishes it FAILED with its error; later failures just close their rows.
+ *     and publishes it FAILED with its error; later failures just give their rows back.
  *   - the parent cancels a batch by a CAS of share ON -> CANCELLED, closing its FREE rows; the
  *     slot becomes FREE only when no row is being loaded (a later fl_ring_cancel, from reap).
  * A slot is therefore reused (re-queued, its rows FREE again) only once no worker writes into it:
@@ -444,7 +444,11 @@ static fl_slot_hdr *shared_slot(void *mem, uint32_t slot, uint32_t state, uint32
     fl_slot_hdr *s = fl_ring_slot(mem, slot);
     if (s == NULL || hdr_of(mem)->max_rows == 0) return NULL;
     if (fl_atomic_load_acquire_u32(&s->state) != state) return NULL;
-    uint32_t count = fl_atomic_load_relaxed_u32(&s->count);
+    uint32_t count = fl_atomic_load_acquire_u32(&s->count);
+    /* The slot may be queued again right after the check above (a worker that read the batch
+     * has not taken a row yet): count is stored (release) after the slot left `state`, so read
+     * the state again to know that this count is that batch's. */
+    if (fl_atomic_load_relaxed_u32(&s->state) != state) return NULL;
     if (count == 0 || count > hdr_of(mem)->max_rows) return NULL;
     *count_out = count;
     return s;
@@ -512,7 +516,7 @@ int fl_ring_queue_shared_to(void *mem, uint32_t slot, uint64_t seq, uint64_t epo
     }
     fl_atomic_store_relaxed_u32(&meta[FL_META_HINT], 0);
     fl_atomic_store_relaxed_u32(&meta[FL_META_FAILER], 0);
-    fl_atomic_store_relaxed_u32(&s->count, count);
+    fl_atomic_store_release_u32(&s->count, count); /* after the slot left its old state */
     fl_atomic_store_relaxed_u64(&s->epoch, epoch); /* a worker's slot_info may read it */
     fl_atomic_store_relaxed_u32(&s->target, 0);
     fl_atomic_store_relaxed_u32(&s->rows, count);
@@ -543,6 +547,15 @@ int fl_ring_find_rows(void *mem, uint32_t *slot_out, uint32_t *state_out) {
     return fl_ring_find_rows_for(mem, FL_TARGET_ANY, slot_out, state_out);
 }
 
+/* Whether no row of `rows` has been taken, loaded or closed yet (a batch nobody works on). */
+static int untouched(fl_atomic_u32 *rows, uint32_t count) {
+    for (uint32_t r = 0; r < count; r++) {
+        uint32_t v = fl_atomic_load_relaxed_u32(&rows[r]);
+        if (v != FL_ROW_FREE && !row_given(v)) return 0;
+    }
+    return 1;
+}
+
 /* Whether a row of `rows` is given to `worker_id` (never FL_TARGET_ANY). */
 static int has_own_row(fl_atomic_u32 *rows, uint32_t count, uint32_t worker_id) {
     if (worker_id >= FL_MAX_WORKERS) return 0;
@@ -556,25 +569,45 @@ int fl_ring_find_rows_for(void *mem, uint32_t worker_id, uint32_t *slot_out,
     if (mem == NULL || slot_out == NULL || state_out == NULL) return FL_EINVAL;
     fl_header *h = hdr_of(mem);
     if (h->max_rows == 0) return FL_ETIMEOUT;
+    /* Preference: a batch with a row given to this worker; then one of the oldest epoch that
+     * nobody works on yet (so that each worker fills batches of its own while there are
+     * enough); then the oldest with rows left (helping: NOTE [shared rows]); then a batch of a
+     * later epoch (queued ahead) that nobody works on. The lowest seq within each. */
     fl_slot_hdr *slots = slots_of(mem);
-    uint32_t best = UINT32_MAX, best_w = 0;
+    uint64_t oldest = UINT64_MAX; /* epoch (informative field, read racily: a preference) */
+    for (uint32_t i = 0; i < h->nslots; i++) {
+        uint32_t w = fl_atomic_load_acquire_u32(&slots[i].state);
+        if (FL_STATE_BITS(w) == FL_SLOT_QUEUED &&
+            fl_atomic_load_relaxed_u32(&slots[i].share) == FL_SHARE_ON) {
+            uint64_t e = fl_atomic_load_relaxed_u64(&slots[i].epoch);
+            if (e < oldest) oldest = e;
+        }
+    }
+    uint32_t best = UINT32_MAX, best_w = 0, best_rank = 4;
     uint64_t best_seq = UINT64_MAX;
     for (uint32_t i = 0; i < h->nslots; i++) {
         uint32_t w = fl_atomic_load_acquire_u32(&slots[i].state);
         if (FL_STATE_BITS(w) != FL_SLOT_QUEUED) continue;
         if (fl_atomic_load_relaxed_u32(&slots[i].share) != FL_SHARE_ON) continue;
         uint64_t seq = fl_atomic_load_relaxed_u64(&slots[i].seq);
-        if (best != UINT32_MAX && seq >= best_seq) continue;
         uint32_t count = fl_atomic_load_relaxed_u32(&slots[i].count);
         if (count == 0 || count > h->max_rows) continue;
-        fl_atomic_u32 *meta = meta_of(mem, i);
-        uint32_t hint = fl_atomic_load_relaxed_u32(&meta[FL_META_HINT]);
-        if (first_free(meta + FL_META_WORDS, count, hint) == count &&
-            !has_own_row(meta + FL_META_WORDS, count, worker_id))
+        fl_atomic_u32 *meta = meta_of(mem, i), *rows = meta + FL_META_WORDS;
+        uint32_t rank;
+        if (has_own_row(rows, count, worker_id))
+            rank = 0;
+        else if (first_free(rows, count, fl_atomic_load_relaxed_u32(&meta[FL_META_HINT])) ==
+                 count)
             continue;
+        else if (!untouched(rows, count))
+            rank = 2;
+        else
+            rank = fl_atomic_load_relaxed_u64(&slots[i].epoch) == oldest ? 1 : 3;
+        if (rank > best_rank || (rank == best_rank && seq >= best_seq)) continue;
         best = i;
         best_w = w;
         best_seq = seq;
+        best_rank = rank;
     }
     if (best == UINT32_MAX) return FL_ETIMEOUT;
     *slot_out = best;
@@ -675,18 +708,31 @@ int fl_ring_rows_fail(void *mem, uint32_t slot, uint32_t state, uint32_t worker_
     if (s == NULL) return FL_ESTATE;
     if (row >= count || end > count || end < row + 1) return FL_ERANGE;
     fl_atomic_u32 *meta = meta_of(mem, slot), *rows = meta + FL_META_WORDS;
-    uint32_t me = worker_id + 1, v = me;
-    if (!fl_atomic_cas_acq_rel_u32(&rows[row], &v, FL_ROW_ERRORED)) return FL_ESTATE;
+    uint32_t me = worker_id + 1, v;
+    if (fl_atomic_load_acquire_u32(&rows[row]) != me) return FL_ESTATE;
+    /* `row` stays ours (being loaded) until this worker knows whether it fails the batch, so
+     * the slot cannot be freed and queued again meanwhile: share and meta have no generation,
+     * and a CAS on them after our last row was let go could land on a later batch. The failer
+     * claims FL_META_FAILER before share, so a worker that dies at any point is known to the
+     * parent (fl_ring_reset_rows). Rows given up go back FREE: the failer closes them, or the
+     * failer's settle, or the cancel; a loser leaves nothing to clean up. */
     for (uint32_t r = row + 1; r < end; r++) {
         v = me;
-        fl_atomic_cas_acq_rel_u32(&rows[r], &v, FL_ROW_CLOSED);
+        fl_atomic_cas_acq_rel_u32(&rows[r], &v, FL_ROW_FREE);
     }
-    uint32_t on = FL_SHARE_ON;
-    if (fl_atomic_cas_acq_rel_u32(&s->share, &on, FL_SHARE_FAILING)) {
-        fl_atomic_store_release_u32(&meta[FL_META_FAILER], me);
-        close_free_rows(rows, count);
-        *won_out = 1;
+    int won = 0;
+    uint32_t zero = 0, on = FL_SHARE_ON;
+    if (fl_atomic_load_acquire_u32(&s->share) == FL_SHARE_ON &&
+        fl_atomic_cas_acq_rel_u32(&meta[FL_META_FAILER], &zero, me)) {
+        if (fl_atomic_cas_acq_rel_u32(&s->share, &on, FL_SHARE_FAILING))
+            won = 1;
+        else /* cancelled meanwhile: nobody fails it */
+            fl_atomic_store_release_u32(&meta[FL_META_FAILER], 0);
     }
+    if (won) close_free_rows(rows, count);
+    v = me;
+    fl_atomic_cas_acq_rel_u32(&rows[row], &v, won ? FL_ROW_ERRORED : FL_ROW_FREE);
+    *won_out = won;
     ring_row_bell(mem, slot);
     return FL_OK;
 }
@@ -761,6 +807,7 @@ static int reset_rows_in(void *mem, uint32_t worker_id, uint32_t from, uint32_t 
     if (mem == NULL || n_out == NULL || worker_id >= FL_MAX_WORKERS) return FL_EINVAL;
     fl_header *h = hdr_of(mem);
     uint32_t me = worker_id + 1, n = 0;
+    int woke = 0; /* rows (or a whole batch) opened again: sleeping workers should look */
     if (to > h->nslots) to = h->nslots;
     for (uint32_t i = from; h->max_rows > 0 && i < to; i++) {
         fl_slot_hdr *s = &slots_of(mem)[i];
@@ -772,6 +819,9 @@ static int reset_rows_in(void *mem, uint32_t worker_id, uint32_t from, uint32_t 
         if (count > h->max_rows) continue;
         fl_atomic_u32 *meta = meta_of(mem, i), *rows = meta + FL_META_WORDS;
         int changed = 0, lowest = -1;
+        uint32_t failer = me;
+        if (sh != FL_SHARE_FAILING) /* it died claiming to fail it, before share said so */
+            fl_atomic_cas_acq_rel_u32(&meta[FL_META_FAILER], &failer, 0);
         if (sh == FL_SHARE_FAILING && fl_atomic_load_acquire_u32(&meta[FL_META_FAILER]) == me) {
             /* It died failing the batch: its error never reached us. Opened again, the rows are
              * loaded again and the first to raise fails it (or, not reopened, it is cancelled). */
@@ -807,9 +857,10 @@ static int reset_rows_in(void *mem, uint32_t worker_id, uint32_t from, uint32_t 
         /* It may have died between its last DONE and publishing the batch. */
         if (all_done(rows, count)) publish_shared(mem, s, state, worker_id, 1);
         if (changed) ring_row_bell(mem, i);
+        woke |= lowest >= 0;
     }
     *n_out = n;
-    if (n > 0) {
+    if (woke) {
         fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
         fl_wake_if_waiting(&h->queued_counter, &h->task_waiters, -1, NULL);
     }

@@ -109,8 +109,12 @@ int fl_ring_queue_shared(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch,
 int fl_ring_queue_shared_to(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch,
                             uint32_t count, const uint32_t *owners, uint32_t nowners);
 
-/* [worker] The QUEUED shared batch with the lowest seq that has a FREE row: *slot_out and its
- * state word (pass it to the calls below). FL_ETIMEOUT if there is none (this never waits). */
+/* [worker] A QUEUED shared batch with a FREE row: *slot_out and its state word (pass it to the
+ * calls below). FL_ETIMEOUT if there is none (this never waits). In order of preference: one
+ * with a row given to this worker (fl_ring_find_rows_for); one of the oldest epoch queued that
+ * nobody has begun (each worker fills batches of its own while there are enough); the oldest
+ * begun one (idle workers help finish it); one of a later epoch nobody has begun; the lowest
+ * seq first within each. */
 int fl_ring_find_rows(void *mem, uint32_t *slot_out, uint32_t *state_out);
 
 /* [worker] fl_ring_find_rows, also counting rows given to worker_id (fl_ring_queue_shared_to). */
