@@ -6,7 +6,8 @@
  * Build and run through the Makefile in this directory. Knobs:
  *   FL_TEST_TASKS=n   tasks of the main stress run (default FL_STRESS_TASKS, 1,000,000); the
  *                     chaos run (dying workers, failures, cancels) uses n / 4, the lost-wake-up
- *                     ping-pong n / 10 round trips per phase (and n with short jitter)
+ *                     ping-pong n / 10 round trips per phase (and n with short jitter), the
+ *                     shared-batch stress (NOTE [shared rows] in fl_ring.c) n / 25 batches
  *   FL_TEST_SEED=n    seed of the stress runs' random choices */
 #include <assert.h>
 #include <pthread.h>
@@ -48,22 +49,33 @@ typedef struct ring {
     void *mem;
     size_t total;
     uint32_t nslots;
+    uint32_t max_rows; /* rows of a shared batch (0: a ring without row tables) */
     uint64_t slot_bytes;
     uint64_t data_offset;
 } ring;
 
-/* A ring over dirty memory (init must not rely on zeroed pages), payload area after a gap. */
-static ring ring_new(uint32_t nslots, uint64_t slot_bytes) {
+/* A ring over dirty memory (init must not rely on zeroed pages), payload area after a gap;
+ * with row tables for shared batches of up to max_rows rows if max_rows > 0. */
+static ring ring_new_rows(uint32_t nslots, uint64_t slot_bytes, uint32_t max_rows) {
     ring r;
     r.nslots = nslots;
+    r.max_rows = max_rows;
     r.slot_bytes = slot_bytes;
-    r.data_offset = round_up(fl_ring_nbytes(nslots) + 64, FL_CACHELINE);
+    r.data_offset = round_up(fl_ring_nbytes_rows(nslots, max_rows) + 64, FL_CACHELINE);
     r.total = (size_t)(r.data_offset + (uint64_t)nslots * slot_bytes);
     r.mem = xalloc(r.total);
     memset(r.mem, 0xCD, r.total);
-    assert(fl_ring_init(r.mem, r.total, nslots, slot_bytes, r.data_offset, 4242) == FL_OK);
+    if (max_rows == 0)
+        assert(fl_ring_init(r.mem, r.total, nslots, slot_bytes, r.data_offset, 4242) == FL_OK);
+    else
+        assert(fl_ring_init_rows(r.mem, r.total, nslots, slot_bytes, r.data_offset, 4242,
+                                 max_rows) == FL_OK);
     assert(fl_ring_attach(r.mem, r.total) == FL_OK);
     return r;
+}
+
+static ring ring_new(uint32_t nslots, uint64_t slot_bytes) {
+    return ring_new_rows(nslots, slot_bytes, 0);
 }
 
 static void ring_free(ring *r) {
@@ -164,6 +176,18 @@ static void test_layout_constants(void) {
     w = FL_MAKE_STATE(0x1FFFF, 0x1FFF, 0x1F);
     assert(GEN(w) == 0xFFFF && OWNER(w) == 0xFFF && ST(w) == 0xF);
     assert(FL_MAKE_STATE(0x10000, 0, 0) == 0);
+    /* layout 3: shared batches (NOTE [shared rows] in fl_ring.c) */
+    assert(FL_LAYOUT_VERSION == 3u && FL_CACHELINE == 128);
+    assert(offsetof(fl_header, max_rows) == 56);
+    assert(offsetof(fl_header, row_waiters) == FL_CACHELINE + 4);
+    assert(offsetof(fl_slot_hdr, share) == 56);
+    assert(FL_MAX_SHARED_ROWS == 65536u);
+    /* a row word: FREE, a worker's id + 1, or one of three marks no worker id reaches */
+    assert(FL_ROW_FREE == 0 && FL_ROW_CLOSED == 0xFFFFFFFDu);
+    assert(FL_ROW_ERRORED == 0xFFFFFFFEu && FL_ROW_DONE == 0xFFFFFFFFu);
+    assert(FL_MAX_WORKERS + 1 < FL_ROW_CLOSED);
+    assert(FL_SHARE_OFF == 0 && FL_SHARE_ON == 1 && FL_SHARE_FAILING == 2);
+    assert(FL_SHARE_CANCELLED == 3);
 }
 
 static void test_init_validation(void) {
@@ -1561,6 +1585,7 @@ static void test_regression_slot_info_race(void) {
     ring_free(&r);
 }
 
+
 /* fl_ring_queue_to: a targeted slot is claimed by its worker only, whatever its seq; a
  * reclaimed one keeps its target; fl_ring_set_rows shrinks the batch, bounded by count, and
  * a reclaim restores it. */
@@ -1607,6 +1632,1492 @@ static void test_targeted_queue_and_rows(void) {
     ring_free(&r);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* shared batches (NOTE [shared rows] in fl_ring.c): single-threaded                          */
+
+#define TAKEN(worker) ((uint32_t)(worker) + 1) /* the row word of a row taken by worker */
+
+/* Row-table words per slot: one cache line of meta, then max_rows words rounded up to a line. */
+static size_t row_stride_words(uint32_t max_rows) {
+    return FL_CACHELINE / 4 + round_up(max_rows, FL_CACHELINE / 4);
+}
+
+/* The row word itself (NOTE [region layout] in fl_layout.h). Tests that simulate a worker killed
+ * between two steps of the protocol write what it leaves behind here directly. */
+static fl_atomic_u32 *row_word(const ring *r, uint32_t slot, uint32_t row) {
+    assert(slot < r->nslots && row < r->max_rows);
+    char *tables = (char *)r->mem + sizeof(fl_header) + (size_t)r->nslots * sizeof(fl_slot_hdr);
+    return (fl_atomic_u32 *)tables + (size_t)slot * row_stride_words(r->max_rows) +
+           FL_CACHELINE / 4 + row;
+}
+
+static uint32_t row_of(const ring *r, uint32_t slot, uint32_t row) {
+    uint32_t v = 0x12345678u;
+    assert(fl_ring_row_state(r->mem, slot, row, &v) == FL_OK);
+    assert(v == fl_atomic_load_acquire_u32(row_word(r, slot, row))); /* the documented layout */
+    return v;
+}
+
+static uint32_t share_of(const ring *r, uint32_t slot) {
+    return fl_atomic_load_acquire_u32(&fl_ring_slot(r->mem, slot)->share);
+}
+
+/* Every row in [from, to) of slot holds word v. */
+static void assert_rows(const ring *r, uint32_t slot, uint32_t from, uint32_t to, uint32_t v) {
+    for (uint32_t k = from; k < to; k++) {
+        uint32_t got = row_of(r, slot, k);
+        if (got != v) {
+            fprintf(stderr, "slot %u row %u holds %#x, expected %#x\n", slot, k, got, v);
+            abort();
+        }
+    }
+}
+
+/* fl_ring_take_rows that must return FL_OK: the rows taken (*first_out: the first, 0 if none). */
+static uint32_t sh_take(ring *r, uint32_t slot, uint32_t state, uint32_t worker, uint32_t row,
+                        uint32_t divisor, uint32_t *first_out) {
+    uint32_t first = 77, n = 77;
+    assert(fl_ring_take_rows(r->mem, slot, state, worker, row, divisor, &first, &n) == FL_OK);
+    if (n == 0) assert(first == 0);
+    if (first_out != NULL) *first_out = first;
+    return n;
+}
+
+/* fl_ring_rows_done that must return FL_OK: whether it published the batch. */
+static int sh_done(ring *r, uint32_t slot, uint32_t state, uint32_t worker, uint32_t first,
+                   uint32_t n) {
+    int pub = 7;
+    assert(fl_ring_rows_done(r->mem, slot, state, worker, first, n, &pub) == FL_OK);
+    assert(pub == 0 || pub == 1);
+    return pub;
+}
+
+/* fl_ring_rows_fail that must return FL_OK: whether this worker is the one to fail the batch. */
+static int sh_fail(ring *r, uint32_t slot, uint32_t state, uint32_t worker, uint32_t row,
+                   uint32_t end) {
+    int won = 7;
+    assert(fl_ring_rows_fail(r->mem, slot, state, worker, row, end, &won) == FL_OK);
+    assert(won == 0 || won == 1);
+    return won;
+}
+
+static int sh_cancel(ring *r, uint32_t slot) {
+    int c = 7;
+    assert(fl_ring_cancel(r->mem, slot, &c) == FL_OK);
+    assert(c == 0 || c == 1);
+    return c;
+}
+
+static uint32_t rows_held(const ring *r, uint32_t worker) {
+    uint32_t n = 99;
+    assert(fl_ring_rows_of(r->mem, worker, NULL, NULL, 0, &n) == FL_OK);
+    return n;
+}
+
+static uint32_t settle(ring *r, uint32_t slot, int64_t timeout_ns, int want_rc) {
+    uint32_t busy = 99;
+    assert(fl_ring_rows_settle(r->mem, slot, timeout_ns, &busy) == want_rc);
+    return busy;
+}
+
+static void test_nbytes_rows(void) {
+    assert(FL_CACHELINE == 128); /* the numbers below: 32 words of meta, rows in lines of 32 */
+    const uint32_t ns[] = {1, 2, 3, 7, 64, FL_MAX_SLOTS};
+    const uint32_t mr[] = {1, 2, 31, 32, 33, 100, 1000, FL_MAX_SHARED_ROWS - 1, FL_MAX_SHARED_ROWS};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        uint32_t n = ns[i];
+        assert(fl_ring_nbytes_rows(n, 0) == fl_ring_nbytes(n));
+        for (size_t j = 0; j < sizeof mr / sizeof mr[0]; j++) {
+            size_t want = fl_ring_nbytes(n) + (size_t)n * (32 + round_up(mr[j], 32)) * 4;
+            assert(fl_ring_nbytes_rows(n, mr[j]) == want);
+            assert(want % FL_CACHELINE == 0);
+        }
+        assert(fl_ring_nbytes_rows(n, FL_MAX_SHARED_ROWS + 1) == 0);
+        assert(fl_ring_nbytes_rows(n, UINT32_MAX) == 0);
+    }
+    /* 5 header lines, a line per slot header, then per slot a line of meta and the rows */
+    assert(fl_ring_nbytes_rows(1, 1) == 6 * 128 + 2 * 128);
+    assert(fl_ring_nbytes_rows(1, 32) == 6 * 128 + 2 * 128);
+    assert(fl_ring_nbytes_rows(1, 33) == 6 * 128 + 3 * 128);
+    assert(fl_ring_nbytes_rows(4, 100) == 9 * 128 + 4 * (128 + 512));
+    assert(fl_ring_nbytes_rows(FL_MAX_SLOTS, FL_MAX_SHARED_ROWS) ==
+           (size_t)(5 + FL_MAX_SLOTS) * 128 + (size_t)FL_MAX_SLOTS * (32 + 65536) * 4);
+    assert(fl_ring_nbytes_rows(0, 0) == 0 && fl_ring_nbytes_rows(0, 8) == 0);
+    assert(fl_ring_nbytes_rows(FL_MAX_SLOTS + 1, 8) == 0);
+    for (uint32_t m = 0; m < 300; m++)
+        assert(fl_ring_nbytes_rows(3, m + 1) >= fl_ring_nbytes_rows(3, m));
+}
+
+static void test_init_attach_rows(void) {
+    const uint32_t n = 3, mr = 40;
+    const size_t ctl = fl_ring_nbytes_rows(n, mr), plain = fl_ring_nbytes(n);
+    assert(ctl == plain + n * (32 + 64) * 4);
+    const size_t cap = 1 << 16;
+    unsigned char *mem = xalloc(cap);
+    memset(mem, 0xAB, cap);
+    /* too many rows, bad memory or slot count, payload areas over the row tables */
+    assert(fl_ring_init_rows(mem, cap, n, 64, ctl, 1, FL_MAX_SHARED_ROWS + 1) == FL_EINVAL);
+    assert(fl_ring_init_rows(mem, cap, 0, 64, ctl, 1, mr) == FL_EINVAL);
+    assert(fl_ring_init_rows(NULL, cap, n, 64, ctl, 1, mr) == FL_EINVAL);
+    assert(fl_ring_init_rows(mem + 64, cap - 128, n, 64, ctl, 1, mr) == FL_EINVAL);
+    assert(fl_ring_init_rows(mem, cap, n, 64, plain, 1, mr) == FL_ENOSPACE); /* fits no rows */
+    assert(fl_ring_init_rows(mem, cap, n, 64, ctl - 1, 1, mr) == FL_ENOSPACE);
+    assert(fl_ring_init_rows(mem, ctl - 1, n, 0, ctl - 1, 1, mr) == FL_ENOSPACE);
+    assert(fl_ring_init_rows(mem, ctl + n * 64 - 1, n, 64, ctl, 1, mr) == FL_ENOSPACE);
+    for (size_t i = 0; i < cap; i++) assert(mem[i] == 0xAB); /* no failing call wrote */
+
+    /* exact fit: the row tables are formatted (zero: every row FREE), nothing past them */
+    const size_t total = ctl + n * 64;
+    assert(fl_ring_init_rows(mem, total, n, 64, ctl, -5, mr) == FL_OK);
+    for (size_t i = plain; i < ctl; i++) assert(mem[i] == 0);
+    for (size_t i = ctl; i < cap; i++) assert(mem[i] == 0xAB);
+    fl_header *h = (fl_header *)mem;
+    assert(h->max_rows == mr && h->nslots == n && h->data_offset == ctl && h->total_bytes == total);
+    assert(h->layout_version == FL_LAYOUT_VERSION && h->creator_pid == -5 && h->row_waiters == 0);
+    ring r = {.mem = mem, .total = total, .nslots = n, .max_rows = mr, .slot_bytes = 64,
+              .data_offset = ctl};
+    uint32_t v = 99;
+    for (uint32_t s = 0; s < n; s++) {
+        assert(share_of(&r, s) == FL_SHARE_OFF && state_of(&r, s) == 0);
+        assert_rows(&r, s, 0, mr, FL_ROW_FREE);
+        assert(fl_ring_row_state(mem, s, mr, &v) == FL_ERANGE && v == 99);
+    }
+    assert(fl_ring_row_state(mem, n, 0, &v) == FL_EINVAL);
+    assert(fl_ring_row_state(mem, 0, 0, NULL) == FL_EINVAL);
+    assert(fl_ring_row_state(NULL, 0, 0, &v) == FL_EINVAL);
+
+    /* attach checks the size the row tables need */
+    assert(fl_ring_attach(mem, total) == FL_OK);
+    assert(fl_ring_attach(mem, total - 1) == FL_ELAYOUT);
+    assert(fl_ring_attach(mem, total + 1) == FL_ELAYOUT);
+    assert(fl_ring_attach(mem, ctl) == FL_ELAYOUT);
+    h->max_rows = FL_MAX_SHARED_ROWS + 1;
+    assert(fl_ring_attach(mem, total) == FL_ELAYOUT);
+    h->max_rows = mr + 32; /* the row tables would run into the payload area */
+    assert(fl_ring_attach(mem, total) == FL_ELAYOUT);
+    h->max_rows = mr;
+    assert(fl_ring_attach(mem, total) == FL_OK);
+    /* a region sized for a ring without rows whose header claims rows */
+    assert(fl_ring_init(mem, plain + n * 64, n, 64, plain, 0) == FL_OK);
+    assert(h->max_rows == 0);
+    assert(fl_ring_attach(mem, plain + n * 64) == FL_OK);
+    h->max_rows = 1;
+    assert(fl_ring_attach(mem, plain + n * 64) == FL_ELAYOUT);
+    free(mem);
+
+    /* a ring without row tables has no shared batches; its plain tasks are untouched */
+    ring p = ring_new(2, 64);
+    void *m = p.mem;
+    uint32_t slot = 9, st = 9, first = 9, cnt = 9;
+    int x = 9;
+    assert(fl_ring_queue_shared(m, 0, 1, 0, 1) == FL_EINVAL);
+    assert(ST(state_of(&p, 0)) == FL_SLOT_FREE);
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_ETIMEOUT);
+    assert(fl_ring_queue(m, 0, 1, 0, 1) == FL_OK);
+    uint32_t q = state_of(&p, 0);
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_ETIMEOUT); /* a plain task has no rows to take */
+    assert(fl_ring_take_rows(m, 0, q, 1, UINT32_MAX, 1, &first, &cnt) == FL_ESTATE);
+    assert(cnt == 0 && first == 0);
+    assert(fl_ring_rows_done(m, 0, q, 1, 0, 1, &x) == FL_ESTATE && x == 0);
+    assert(fl_ring_rows_fail(m, 0, q, 1, 0, 1, &x) == FL_ESTATE && x == 0);
+    assert(fl_ring_rows_settle(m, 0, 0, &cnt) == FL_EINVAL);
+    assert(fl_ring_fail_shared(m, 0, q, 1) == FL_ESTATE);
+    assert(fl_ring_row_state(m, 0, 0, &cnt) == FL_ERANGE);
+    assert(fl_ring_rows_of(m, 1, NULL, NULL, 0, &cnt) == FL_OK && cnt == 0);
+    assert(fl_ring_reset_rows(m, 1, 1, &cnt) == FL_OK && cnt == 0);
+    assert(state_of(&p, 0) == q && share_of(&p, 0) == FL_SHARE_OFF);
+    assert(fl_ring_claim(m, 1, 0, &slot, &st) == FL_OK && slot == 0);
+    ring_free(&p);
+}
+
+static void test_shared_basic_flow(void) {
+    ring r = ring_new_rows(4, 16 * 8, 16);
+    void *m = r.mem;
+    const fl_header *h = H(&r);
+    uint32_t slot = 99, st = 0, first = 0;
+    /* a plain task (seq 9) and a shared batch of 10 rows (seq 5, lower) */
+    assert(fl_ring_queue(m, 0, 9, 0, 3) == FL_OK);
+    fl_slot_hdr *s = fl_ring_slot(m, 1);
+    s->flags = 5; /* stale worker fields are reset by queue_shared too */
+    s->var_bytes = 6;
+    assert(fl_ring_queue_shared(m, 1, 5, 2, 10) == FL_OK);
+    const uint32_t q = state_of(&r, 1);
+    assert(q == FL_MAKE_STATE(1, 0, FL_SLOT_QUEUED));
+    assert(share_of(&r, 1) == FL_SHARE_ON && share_of(&r, 0) == FL_SHARE_OFF);
+    fl_slot_info info;
+    assert(fl_ring_slot_info(m, 1, &info) == FL_OK);
+    assert(info.state == q && info.seq == 5 && info.epoch == 2 && info.count == 10);
+    assert(info.rows == 10 && info.target == FL_TARGET_ANY && info.progress == 0);
+    assert(info.pid == 0 && info.flags == 0 && info.var_bytes == 0);
+    assert_rows(&r, 1, 0, 16, FL_ROW_FREE);
+    assert(ctr(&h->n_queued) == 2);
+    /* a shared batch is never CLAIMED: claim takes the plain task only, despite its seq */
+    assert(fl_ring_claim(m, 1, 0, &slot, &st) == FL_OK && slot == 0);
+    assert(fl_ring_claim(m, 1, 0, &slot, &st) == FL_ETIMEOUT);
+    assert(fl_ring_claim(m, 2, 5 * MS, &slot, &st) == FL_ETIMEOUT);
+    assert(state_of(&r, 1) == q && ctr(&h->n_claimed) == 1);
+    /* find_rows finds the shared batch only */
+    slot = 99;
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_OK && slot == 1 && st == q);
+    assert(fl_ring_find_rows(NULL, &slot, &st) == FL_EINVAL);
+    assert(fl_ring_find_rows(m, NULL, &st) == FL_EINVAL);
+    assert(fl_ring_find_rows(m, &slot, NULL) == FL_EINVAL);
+
+    /* guided pieces: max(1, (count - first FREE row) / divisor) rows from the first FREE one */
+    assert(sh_take(&r, 1, q, 1, UINT32_MAX, 4, &first) == 2 && first == 0); /* 10 / 4 */
+    assert(sh_take(&r, 1, q, 2, UINT32_MAX, 4, &first) == 2 && first == 2); /* 8 / 4 */
+    assert(sh_take(&r, 1, q, 1, UINT32_MAX, 4, &first) == 1 && first == 4); /* 6 / 4 */
+    /* an exact row, once */
+    assert(sh_take(&r, 1, q, 3, 9, 4, &first) == 1 && first == 9);
+    assert(sh_take(&r, 1, q, 2, 9, 4, &first) == 0);
+    assert(sh_take(&r, 1, q, 2, 4, 4, &first) == 0);
+    uint32_t n = 77;
+    first = 77;
+    assert(fl_ring_take_rows(m, 1, q, 2, 10, 4, &first, &n) == FL_ERANGE && n == 0 && first == 0);
+    assert(fl_ring_take_rows(m, 1, q, 2, 16, 4, &first, &n) == FL_ERANGE && n == 0);
+    assert(sh_take(&r, 1, q, 2, UINT32_MAX, 4, &first) == 1 && first == 5); /* 5 / 4 -> 1 */
+    /* a piece stops at a row taken already (row 9) */
+    assert(sh_take(&r, 1, q, 3, UINT32_MAX, 1, &first) == 3 && first == 6);
+    /* nothing left: divisor 0 counts as 1 */
+    assert(sh_take(&r, 1, q, 1, UINT32_MAX, 0, &first) == 0);
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_ETIMEOUT);
+    const uint32_t words[10] = {2, 2, 3, 3, 2, 3, 4, 4, 4, 4};
+    for (uint32_t k = 0; k < 10; k++) assert(row_of(&r, 1, k) == words[k]);
+    assert_rows(&r, 1, 10, 16, FL_ROW_FREE);
+    /* argument checks of take_rows (nothing taken) */
+    assert(fl_ring_take_rows(m, 1, q, FL_MAX_WORKERS, UINT32_MAX, 1, &first, &n) == FL_EINVAL);
+    assert(fl_ring_take_rows(m, 1, q, 1, UINT32_MAX, 1, NULL, &n) == FL_EINVAL);
+    assert(fl_ring_take_rows(m, 1, q, 1, UINT32_MAX, 1, &first, NULL) == FL_EINVAL);
+    assert(fl_ring_take_rows(NULL, 1, q, 1, UINT32_MAX, 1, &first, &n) == FL_EINVAL);
+    assert(fl_ring_take_rows(m, 4, q, 1, UINT32_MAX, 1, &first, &n) == FL_ESTATE);
+    assert(fl_ring_take_rows(m, 0, state_of(&r, 0), 1, UINT32_MAX, 1, &first, &n) == FL_ESTATE);
+    /* the batch is still QUEUED; the parent's wait sees it so */
+    uint32_t seen = 0;
+    assert(state_of(&r, 1) == q);
+    assert(fl_ring_wait(m, 1, 0, &seen) == FL_ETIMEOUT && seen == q);
+    /* rows_of: what each worker holds, in (slot, row) order */
+    uint32_t ss[8], rr[8], cnt = 0;
+    assert(fl_ring_rows_of(m, 1, ss, rr, 8, &cnt) == FL_OK && cnt == 3);
+    assert(ss[0] == 1 && rr[0] == 0 && ss[1] == 1 && rr[1] == 1 && ss[2] == 1 && rr[2] == 4);
+    assert(fl_ring_rows_of(m, 3, ss, rr, 8, &cnt) == FL_OK && cnt == 4);
+    assert(rr[0] == 6 && rr[1] == 7 && rr[2] == 8 && rr[3] == 9);
+    assert(rows_held(&r, 2) == 3 && rows_held(&r, 4) == 0);
+
+    /* rows_done: only the taker's rows, in range, with the batch's word */
+    int pub = 7;
+    assert(fl_ring_rows_done(m, 1, q, 2, 4, 1, &pub) == FL_ESTATE && pub == 0); /* worker 1's */
+    assert(row_of(&r, 1, 4) == TAKEN(1));
+    assert(fl_ring_rows_done(m, 1, q, 3, 9, 2, &pub) == FL_ERANGE);
+    assert(fl_ring_rows_done(m, 1, q, 3, 11, 0, &pub) == FL_ERANGE);
+    assert(fl_ring_rows_done(m, 1, FL_MAKE_STATE(2, 0, FL_SLOT_QUEUED), 3, 9, 1, &pub) ==
+           FL_ESTATE);
+    assert(fl_ring_rows_done(m, 1, q, 3, 9, 1, NULL) == FL_EINVAL);
+    assert(fl_ring_rows_done(m, 1, q, FL_MAX_WORKERS, 9, 1, &pub) == FL_EINVAL);
+    assert(fl_ring_rows_done(NULL, 1, q, 3, 9, 1, &pub) == FL_EINVAL);
+    assert(row_of(&r, 1, 9) == TAKEN(3));
+    /* every row DONE but the last: nothing published */
+    assert(sh_done(&r, 1, q, 1, 0, 2) == 0);
+    assert_rows(&r, 1, 0, 2, FL_ROW_DONE);
+    assert(fl_ring_rows_done(m, 1, q, 1, 0, 1, &pub) == FL_ESTATE); /* DONE already */
+    assert(sh_done(&r, 1, q, 2, 2, 2) == 0);
+    assert(sh_done(&r, 1, q, 1, 4, 1) == 0);
+    assert(sh_done(&r, 1, q, 2, 5, 1) == 0);
+    assert(sh_done(&r, 1, q, 3, 9, 1) == 0);
+    assert(state_of(&r, 1) == q && ctr(&h->n_published) == 0);
+    /* the call that makes every row DONE publishes it READY, owned by its worker */
+    assert(sh_done(&r, 1, q, 3, 6, 3) == 1);
+    assert_rows(&r, 1, 0, 10, FL_ROW_DONE);
+    const uint32_t ready = FL_MAKE_STATE(1, 3, FL_SLOT_READY);
+    assert(state_of(&r, 1) == ready && ctr(&h->n_published) == 1 && ctr(&h->n_claimed) == 1);
+    assert(fl_ring_wait(m, 1, 1000 * MS, &seen) == FL_OK && seen == ready);
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_ETIMEOUT);
+    assert(fl_ring_take_rows(m, 1, q, 1, UINT32_MAX, 1, &first, &n) == FL_ESTATE && n == 0);
+    assert(fl_ring_take_rows(m, 1, ready, 1, UINT32_MAX, 1, &first, &n) == FL_ESTATE);
+    assert(fl_ring_rows_done(m, 1, q, 3, 6, 3, &pub) == FL_ESTATE && pub == 0);
+    assert(fl_ring_publish(m, 1, q, 1) == FL_EINVAL); /* not a CLAIMED word */
+    assert(rows_held(&r, 3) == 0);
+    assert(state_of(&r, 1) == ready);
+    /* read and released as any batch; queued again, its rows are FREE and taken from row 0 */
+    assert(fl_ring_begin_read(m, 1) == FL_OK);
+    assert(fl_ring_release(m, 1) == FL_OK);
+    assert(state_of(&r, 1) == FL_MAKE_STATE(1, 0, FL_SLOT_FREE));
+    assert(fl_ring_queue_shared(m, 1, 6, 2, 3) == FL_OK);
+    const uint32_t q2 = state_of(&r, 1);
+    assert(q2 == FL_MAKE_STATE(2, 0, FL_SLOT_QUEUED) && share_of(&r, 1) == FL_SHARE_ON);
+    assert_rows(&r, 1, 0, 3, FL_ROW_FREE);
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_OK && slot == 1 && st == q2);
+    assert(sh_take(&r, 1, q2, 5, UINT32_MAX, 4, &first) == 1 && first == 0);
+    /* queue_shared's checks */
+    assert(fl_ring_queue_shared(m, 1, 7, 0, 3) == FL_ESTATE); /* not FREE */
+    assert(state_of(&r, 1) == q2);
+    assert(fl_ring_queue_shared(m, 2, 7, 0, 0) == FL_EINVAL);
+    assert(fl_ring_queue_shared(m, 2, 7, 0, 17) == FL_EINVAL);
+    assert(fl_ring_queue_shared(m, 4, 7, 0, 1) == FL_EINVAL);
+    assert(fl_ring_queue_shared(NULL, 2, 7, 0, 1) == FL_EINVAL);
+    assert(fl_ring_queue(m, 0, 1, 0, 1) == FL_ESTATE); /* CLAIMED */
+    assert(ST(state_of(&r, 2)) == FL_SLOT_FREE && ctr(&h->n_queued) == 3);
+    assert(fl_ring_queue_shared(m, 2, 7, 0, 16) == FL_OK); /* max_rows rows */
+    assert(sh_take(&r, 2, state_of(&r, 2), 5, 15, 1, &first) == 1 && first == 15);
+    /* the lower seq goes first */
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_OK && slot == 1);
+    assert(fl_ring_queue_shared(m, 3, 1, 0, 2) == FL_OK);
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_OK && slot == 3);
+    ring_free(&r);
+}
+
+static void test_shared_fail(void) {
+    ring r = ring_new_rows(2, 64, 12);
+    void *m = r.mem;
+    const uint32_t A = 1, B = 2, C = 3;
+    uint32_t first = 0, slot, st;
+    int won = 7;
+    assert(fl_ring_queue_shared(m, 0, 1, 0, 9) == FL_OK);
+    const uint32_t q = state_of(&r, 0);
+    assert(sh_take(&r, 0, q, A, UINT32_MAX, 3, &first) == 3 && first == 0); /* 0..2 */
+    assert(sh_take(&r, 0, q, B, UINT32_MAX, 3, &first) == 2 && first == 3); /* 3..4 */
+    assert(sh_done(&r, 0, q, A, 0, 1) == 0);                                  /* row 0 */
+    /* argument checks (nothing changes) */
+    assert(fl_ring_rows_fail(m, 0, q, A, 9, 9, &won) == FL_ERANGE && won == 0);
+    assert(fl_ring_rows_fail(m, 0, q, A, 1, 1, &won) == FL_ERANGE);
+    assert(fl_ring_rows_fail(m, 0, q, A, 1, 10, &won) == FL_ERANGE);
+    assert(fl_ring_rows_fail(m, 0, q, A, 3, 4, &won) == FL_ESTATE); /* B's row */
+    assert(fl_ring_rows_fail(m, 0, q, A, 0, 1, &won) == FL_ESTATE); /* DONE */
+    assert(fl_ring_rows_fail(m, 0, q, A, 5, 6, &won) == FL_ESTATE); /* FREE */
+    assert(fl_ring_rows_fail(m, 0, FL_MAKE_STATE(9, 0, FL_SLOT_QUEUED), A, 1, 3, &won) ==
+           FL_ESTATE);
+    assert(fl_ring_rows_fail(m, 0, q, A, 1, 3, NULL) == FL_EINVAL);
+    assert(fl_ring_rows_fail(m, 0, q, FL_MAX_WORKERS, 1, 3, &won) == FL_EINVAL);
+    assert(fl_ring_rows_fail(NULL, 0, q, A, 1, 3, &won) == FL_EINVAL);
+    assert(row_of(&r, 0, 0) == FL_ROW_DONE);
+    assert_rows(&r, 0, 1, 3, TAKEN(A));
+    assert_rows(&r, 0, 3, 5, TAKEN(B));
+    assert_rows(&r, 0, 5, 9, FL_ROW_FREE);
+    assert(share_of(&r, 0) == FL_SHARE_ON);
+
+    /* A's row 1 raises: A fails the batch; its row 2 and every FREE row are closed */
+    assert(sh_fail(&r, 0, q, A, 1, 3) == 1);
+    assert(share_of(&r, 0) == FL_SHARE_FAILING && state_of(&r, 0) == q);
+    assert(row_of(&r, 0, 0) == FL_ROW_DONE);
+    assert(row_of(&r, 0, 1) == FL_ROW_ERRORED);
+    assert(row_of(&r, 0, 2) == FL_ROW_CLOSED);
+    assert_rows(&r, 0, 3, 5, TAKEN(B));
+    assert_rows(&r, 0, 5, 9, FL_ROW_CLOSED);
+    /* nothing to take any more; the parent cannot cancel it */
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_ETIMEOUT);
+    assert(sh_take(&r, 0, q, C, UINT32_MAX, 1, &first) == 0);
+    assert(sh_take(&r, 0, q, C, 6, 1, &first) == 0);
+    assert(sh_cancel(&r, 0) == 0);
+    assert(share_of(&r, 0) == FL_SHARE_FAILING && state_of(&r, 0) == q);
+    /* settling waits for B's two rows */
+    int64_t t0 = fl_now_ns();
+    assert(settle(&r, 0, 20 * MS, FL_ETIMEOUT) == 2);
+    double el = ms_since(t0);
+    assert(el >= 15.0 && el < 1000.0);
+    assert(settle(&r, 0, 0, FL_ETIMEOUT) == 2);
+    /* B's row 3 raises too: B does not fail the batch, it gives the row back (settling closes
+     * it) */
+    assert(sh_fail(&r, 0, q, B, 3, 4) == 0);
+    assert(row_of(&r, 0, 3) == FL_ROW_FREE && row_of(&r, 0, 4) == TAKEN(B));
+    assert(share_of(&r, 0) == FL_SHARE_FAILING);
+    assert(sh_take(&r, 0, q, C, 3, 1, &first) == 0); /* not to be taken */
+    assert(settle(&r, 0, 20 * MS, FL_ETIMEOUT) == 1);
+    assert(row_of(&r, 0, 3) == FL_ROW_CLOSED);
+    /* only the failer publishes it FAILED */
+    assert(fl_ring_fail_shared(m, 0, q, B) == FL_ESTATE);
+    assert(fl_ring_fail_shared(m, 0, q, C) == FL_ESTATE);
+    assert(state_of(&r, 0) == q);
+    assert(sh_done(&r, 0, q, B, 4, 1) == 0); /* B's last row: not published (rows raised) */
+    assert(state_of(&r, 0) == q);
+    t0 = fl_now_ns();
+    assert(settle(&r, 0, 1000 * MS, FL_OK) == 0);
+    assert(ms_since(t0) < 500.0);
+    assert(fl_ring_fail_shared(m, 0, FL_MAKE_STATE(GEN(q) + 1, 0, FL_SLOT_QUEUED), A) ==
+           FL_ESTATE);
+    assert(fl_ring_fail_shared(m, 2, q, A) == FL_EINVAL);
+    assert(fl_ring_fail_shared(m, 0, q, FL_MAX_WORKERS) == FL_EINVAL);
+    assert(ctr(&H(&r)->n_published) == 0);
+    assert(fl_ring_fail_shared(m, 0, q, A) == FL_OK);
+    const uint32_t failed = FL_MAKE_STATE(GEN(q), A, FL_SLOT_FAILED);
+    assert(state_of(&r, 0) == failed && ctr(&H(&r)->n_published) == 1);
+    assert(fl_ring_fail_shared(m, 0, q, A) == FL_ESTATE); /* once */
+    uint32_t seen = 0;
+    assert(fl_ring_wait(m, 0, 1000 * MS, &seen) == FL_OK && seen == failed);
+    assert(fl_ring_rows_done(m, 0, q, B, 4, 1, &won) == FL_ESTATE);
+    assert(fl_ring_begin_read(m, 0) == FL_ESTATE);
+    assert(rows_held(&r, B) == 0);
+    uint32_t busy = 5;
+    assert(fl_ring_rows_settle(m, 0, 0, NULL) == FL_EINVAL);
+    assert(fl_ring_rows_settle(m, 2, 0, &busy) == FL_EINVAL);
+    assert(fl_ring_rows_settle(NULL, 0, 0, &busy) == FL_EINVAL);
+
+    /* released and queued again: a new batch, with nobody failing it */
+    assert(fl_ring_release(m, 0) == FL_OK);
+    assert(fl_ring_queue_shared(m, 0, 2, 0, 4) == FL_OK);
+    const uint32_t q2 = state_of(&r, 0);
+    assert(share_of(&r, 0) == FL_SHARE_ON);
+    assert_rows(&r, 0, 0, 4, FL_ROW_FREE);
+    assert(sh_take(&r, 0, q2, B, 2, 1, &first) == 1 && first == 2);
+    assert(sh_take(&r, 0, q2, C, 0, 1, &first) == 1);
+    assert(sh_fail(&r, 0, q2, B, 2, 3) == 1); /* the first to fail a row of this batch */
+    assert(fl_ring_fail_shared(m, 0, q2, A) == FL_ESTATE);
+    assert(sh_fail(&r, 0, q2, C, 0, 1) == 0);
+    assert(row_of(&r, 0, 0) == FL_ROW_FREE);
+    assert(settle(&r, 0, 0, FL_OK) == 0);
+    assert(row_of(&r, 0, 0) == FL_ROW_CLOSED && row_of(&r, 0, 1) == FL_ROW_CLOSED);
+    assert(row_of(&r, 0, 2) == FL_ROW_ERRORED && row_of(&r, 0, 3) == FL_ROW_CLOSED);
+    assert(fl_ring_fail_shared(m, 0, q2, B) == FL_OK);
+    assert(state_of(&r, 0) == FL_MAKE_STATE(GEN(q2), B, FL_SLOT_FAILED));
+    /* once stopped, settle says so */
+    assert(fl_ring_release(m, 0) == FL_OK);
+    assert(fl_ring_queue_shared(m, 0, 3, 0, 2) == FL_OK);
+    const uint32_t q3 = state_of(&r, 0);
+    assert(sh_take(&r, 0, q3, A, 0, 1, &first) == 1);
+    assert(sh_take(&r, 0, q3, B, 1, 1, &first) == 1);
+    assert(sh_fail(&r, 0, q3, A, 0, 1) == 1);
+    assert(fl_ring_stop(m) == FL_OK);
+    t0 = fl_now_ns();
+    assert(fl_ring_rows_settle(m, 0, 1000 * MS, &busy) == FL_ESTOPPED);
+    assert(ms_since(t0) < 500.0);
+    ring_free(&r);
+}
+
+static void test_shared_cancel(void) {
+    ring r = ring_new_rows(3, 64, 8);
+    void *m = r.mem;
+    const fl_header *h = H(&r);
+    uint32_t first = 0, slot, st;
+    /* (a) nothing taken: cancelled at once */
+    assert(fl_ring_queue_shared(m, 0, 1, 0, 5) == FL_OK);
+    uint32_t q = state_of(&r, 0);
+    assert(sh_cancel(&r, 0) == 1);
+    assert(state_of(&r, 0) == FL_MAKE_STATE(GEN(q), 0, FL_SLOT_FREE));
+    assert(ctr(&h->n_cancelled) == 1);
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_ETIMEOUT);
+    assert(fl_ring_take_rows(m, 0, q, 1, UINT32_MAX, 1, &first, &st) == FL_ESTATE);
+    assert(sh_cancel(&r, 0) == 0); /* FREE */
+
+    /* (b) a row being loaded: the FREE rows are closed, the slot is freed by a later cancel */
+    assert(fl_ring_queue_shared(m, 0, 2, 0, 6) == FL_OK);
+    q = state_of(&r, 0);
+    assert(sh_take(&r, 0, q, 1, 2, 1, &first) == 1 && first == 2);
+    assert(sh_cancel(&r, 0) == 0);
+    assert(state_of(&r, 0) == q && share_of(&r, 0) == FL_SHARE_CANCELLED);
+    assert_rows(&r, 0, 0, 2, FL_ROW_CLOSED);
+    assert(row_of(&r, 0, 2) == TAKEN(1));
+    assert_rows(&r, 0, 3, 6, FL_ROW_CLOSED);
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_ETIMEOUT);
+    assert(sh_take(&r, 0, q, 2, UINT32_MAX, 1, &first) == 0);
+    assert(sh_take(&r, 0, q, 2, 0, 1, &first) == 0);
+    assert(sh_take(&r, 0, q, 1, 5, 1, &first) == 0);
+    assert(sh_cancel(&r, 0) == 0); /* still loading */
+    assert(state_of(&r, 0) == q && share_of(&r, 0) == FL_SHARE_CANCELLED);
+    assert(rows_held(&r, 1) == 1);
+    assert(sh_done(&r, 0, q, 1, 2, 1) == 0); /* not published: the other rows are CLOSED */
+    assert(state_of(&r, 0) == q && row_of(&r, 0, 2) == FL_ROW_DONE);
+    assert(sh_cancel(&r, 0) == 1);
+    assert(state_of(&r, 0) == FL_MAKE_STATE(GEN(q), 0, FL_SLOT_FREE));
+    assert(ctr(&h->n_cancelled) == 2 && ctr(&h->n_published) == 0);
+
+    /* (c) failing: not cancellable, its failer publishes it FAILED */
+    assert(fl_ring_queue_shared(m, 0, 3, 0, 4) == FL_OK);
+    q = state_of(&r, 0);
+    assert(sh_take(&r, 0, q, 1, 1, 1, &first) == 1);
+    assert(sh_fail(&r, 0, q, 1, 1, 2) == 1);
+    assert(sh_cancel(&r, 0) == 0);
+    assert(share_of(&r, 0) == FL_SHARE_FAILING && state_of(&r, 0) == q);
+    assert(sh_cancel(&r, 0) == 0);
+    assert(settle(&r, 0, 0, FL_OK) == 0);
+    assert(fl_ring_fail_shared(m, 0, q, 1) == FL_OK);
+    assert(sh_cancel(&r, 0) == 0);
+    assert(ST(state_of(&r, 0)) == FL_SLOT_FAILED);
+    assert(fl_ring_release(m, 0) == FL_OK);
+
+    /* (d) cancelled after every row was taken: its last rows_done publishes it READY (a stale
+     * result the parent releases, as that of a CLAIMED task it cancelled too late) */
+    assert(fl_ring_queue_shared(m, 0, 4, 0, 3) == FL_OK);
+    q = state_of(&r, 0);
+    assert(sh_take(&r, 0, q, 1, UINT32_MAX, 1, &first) == 3);
+    assert(sh_cancel(&r, 0) == 0);
+    assert(share_of(&r, 0) == FL_SHARE_CANCELLED);
+    assert_rows(&r, 0, 0, 3, TAKEN(1));
+    assert(sh_done(&r, 0, q, 1, 0, 3) == 1);
+    assert(state_of(&r, 0) == FL_MAKE_STATE(GEN(q), 1, FL_SLOT_READY));
+    assert(sh_cancel(&r, 0) == 0);
+    assert(fl_ring_release(m, 0) == FL_OK);
+
+    /* (e) a row of a cancelled batch raises: its worker does not fail the batch (the row goes
+     * back, for the cancel to close) */
+    assert(fl_ring_queue_shared(m, 0, 5, 0, 4) == FL_OK);
+    q = state_of(&r, 0);
+    assert(sh_take(&r, 0, q, 2, 0, 1, &first) == 1);
+    assert(sh_cancel(&r, 0) == 0);
+    assert(sh_fail(&r, 0, q, 2, 0, 1) == 0);
+    assert(share_of(&r, 0) == FL_SHARE_CANCELLED && row_of(&r, 0, 0) == FL_ROW_FREE);
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_ETIMEOUT);
+    assert(fl_ring_fail_shared(m, 0, q, 2) == FL_ESTATE);
+    assert(sh_cancel(&r, 0) == 1);
+    assert(ST(state_of(&r, 0)) == FL_SLOT_FREE);
+
+    /* (f) a plain task on a ring with row tables cancels as ever; a shared one next to it too */
+    assert(fl_ring_queue(m, 1, 6, 0, 2) == FL_OK);
+    assert(fl_ring_queue_shared(m, 2, 7, 0, 2) == FL_OK);
+    assert(sh_cancel(&r, 1) == 1 && sh_cancel(&r, 2) == 1);
+    assert(ctr(&h->n_cancelled) == 5);
+    assert(share_of(&r, 1) == FL_SHARE_OFF && share_of(&r, 2) == FL_SHARE_CANCELLED);
+    /* cancelled: a new queue of the slot starts afresh */
+    assert(fl_ring_queue_shared(m, 2, 8, 0, 2) == FL_OK);
+    assert(share_of(&r, 2) == FL_SHARE_ON);
+    assert_rows(&r, 2, 0, 2, FL_ROW_FREE);
+    ring_free(&r);
+}
+
+static void test_shared_dead_workers(void) {
+    ring r = ring_new_rows(3, 64, 16);
+    void *m = r.mem;
+    const fl_header *h = H(&r);
+    uint32_t first = 0, slot = 9, st = 0, n = 0;
+    assert(fl_ring_queue_shared(m, 0, 10, 0, 12) == FL_OK);
+    assert(fl_ring_queue_shared(m, 1, 11, 1, 4) == FL_OK); /* a later epoch */
+    const uint32_t q0 = state_of(&r, 0), q1 = state_of(&r, 1);
+    assert(sh_take(&r, 0, q0, 2, 11, 4, &first) == 1 && first == 11);
+    assert(sh_take(&r, 0, q0, 2, UINT32_MAX, 4, &first) == 3 && first == 0); /* 12 / 4 */
+    assert(sh_take(&r, 0, q0, 5, UINT32_MAX, 1, &first) == 8 && first == 3); /* up to row 11 */
+    assert(sh_take(&r, 1, q1, 2, 1, 1, &first) == 1);
+    /* rows_of: every (slot, row) worker 2 holds; n counts past cap */
+    uint32_t ss[8], rr[8], cnt = 0;
+    assert(fl_ring_rows_of(m, 2, ss, rr, 8, &cnt) == FL_OK && cnt == 5);
+    const uint32_t want_s[5] = {0, 0, 0, 0, 1}, want_r[5] = {0, 1, 2, 11, 1};
+    for (int k = 0; k < 5; k++) assert(ss[k] == want_s[k] && rr[k] == want_r[k]);
+    for (int k = 0; k < 8; k++) ss[k] = rr[k] = 777;
+    assert(fl_ring_rows_of(m, 2, ss, rr, 2, &cnt) == FL_OK && cnt == 5);
+    assert(ss[0] == 0 && rr[0] == 0 && ss[1] == 0 && rr[1] == 1);
+    assert(ss[2] == 777 && rr[2] == 777); /* nothing written past cap */
+    assert(rows_held(&r, 2) == 5 && rows_held(&r, 5) == 8 && rows_held(&r, 9) == 0);
+    assert(fl_ring_rows_of(m, 2, NULL, rr, 1, &cnt) == FL_EINVAL);
+    assert(fl_ring_rows_of(m, 2, ss, NULL, 1, &cnt) == FL_EINVAL);
+    assert(fl_ring_rows_of(m, 2, ss, rr, 1, NULL) == FL_EINVAL);
+    assert(fl_ring_rows_of(m, FL_MAX_WORKERS, ss, rr, 1, &cnt) == FL_EINVAL);
+    assert(fl_ring_rows_of(NULL, 2, ss, rr, 1, &cnt) == FL_EINVAL);
+    assert(fl_ring_reset_rows(m, 2, 1, NULL) == FL_EINVAL);
+    assert(fl_ring_reset_rows(m, FL_MAX_WORKERS, 1, &n) == FL_EINVAL);
+    assert(fl_ring_reset_rows(NULL, 2, 1, &n) == FL_EINVAL);
+
+    /* worker 2 dies: its rows are FREE again (others load them), and sleeping workers hear */
+    uint32_t qc = fl_atomic_load_acquire_u32(&h->queued_counter);
+    assert(fl_ring_reset_rows(m, 2, 1, &n) == FL_OK && n == 5);
+    assert(fl_atomic_load_acquire_u32(&h->queued_counter) == qc + 1);
+    assert_rows(&r, 0, 0, 3, FL_ROW_FREE);
+    assert_rows(&r, 0, 3, 11, TAKEN(5));
+    assert(row_of(&r, 0, 11) == FL_ROW_FREE);
+    assert(row_of(&r, 1, 1) == FL_ROW_FREE);
+    assert(rows_held(&r, 2) == 0 && rows_held(&r, 5) == 8);
+    assert(state_of(&r, 0) == q0 && state_of(&r, 1) == q1); /* the batches are unchanged */
+    assert(fl_ring_reset_rows(m, 2, 1, &n) == FL_OK && n == 0);
+    assert(fl_atomic_load_acquire_u32(&h->queued_counter) == qc + 1);
+    /* the oldest batch (lowest seq, oldest epoch) has rows to take again */
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_OK && slot == 0 && st == q0);
+    /* a piece starts at the first row given back, not past the pieces taken before */
+    assert(sh_take(&r, 0, q0, 3, UINT32_MAX, 1, &first) == 3 && first == 0);
+    assert(sh_take(&r, 0, q0, 3, UINT32_MAX, 1, &first) == 1 && first == 11);
+    assert(sh_done(&r, 0, q0, 5, 3, 8) == 0);
+    assert(sh_done(&r, 0, q0, 3, 11, 1) == 0);
+    assert(sh_done(&r, 0, q0, 3, 0, 3) == 1);
+    assert(state_of(&r, 0) == FL_MAKE_STATE(GEN(q0), 3, FL_SLOT_READY));
+    assert(fl_ring_release(m, 0) == FL_OK);
+
+    /* not reopened: a dead worker's rows are CLOSED, and the parent cancels the batch */
+    assert(sh_take(&r, 1, q1, 6, 1, 1, &first) == 1);
+    assert(sh_take(&r, 1, q1, 7, 0, 1, &first) == 1);
+    assert(fl_ring_reset_rows(m, 6, 0, &n) == FL_OK && n == 1);
+    assert(row_of(&r, 1, 0) == TAKEN(7) && row_of(&r, 1, 1) == FL_ROW_CLOSED);
+    assert_rows(&r, 1, 2, 4, FL_ROW_FREE);
+    assert(share_of(&r, 1) == FL_SHARE_ON && state_of(&r, 1) == q1);
+    assert(sh_cancel(&r, 1) == 0); /* worker 7 is loading row 0 */
+    assert_rows(&r, 1, 1, 4, FL_ROW_CLOSED);
+    assert(sh_done(&r, 1, q1, 7, 0, 1) == 0);
+    assert(sh_cancel(&r, 1) == 1);
+
+    /* worker 3 holds the last row, the others are DONE; it dies: another worker loads it and
+     * publishes */
+    assert(fl_ring_queue_shared(m, 2, 12, 0, 3) == FL_OK);
+    uint32_t q2 = state_of(&r, 2);
+    assert(sh_take(&r, 2, q2, 4, UINT32_MAX, 1, &first) == 3);
+    assert(sh_done(&r, 2, q2, 4, 0, 2) == 0);
+    assert(fl_ring_reset_rows(m, 4, 1, &n) == FL_OK && n == 1);
+    assert(row_of(&r, 2, 2) == FL_ROW_FREE && state_of(&r, 2) == q2);
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_OK && slot == 2 && st == q2);
+    assert(sh_take(&r, 2, q2, 8, UINT32_MAX, 2, &first) == 1 && first == 2);
+    assert(sh_done(&r, 2, q2, 8, 2, 1) == 1);
+    assert(state_of(&r, 2) == FL_MAKE_STATE(GEN(q2), 8, FL_SLOT_READY));
+    assert(fl_ring_release(m, 2) == FL_OK);
+
+    /* it died between marking its last rows DONE and publishing (rows_done's CASes done, its
+     * publish not): the parent publishes it, owned by the dead worker */
+    assert(fl_ring_queue_shared(m, 2, 13, 0, 3) == FL_OK);
+    q2 = state_of(&r, 2);
+    assert(sh_take(&r, 2, q2, 4, UINT32_MAX, 1, &first) == 3);
+    for (uint32_t k = 0; k < 3; k++) fl_atomic_store_release_u32(row_word(&r, 2, k), FL_ROW_DONE);
+    uint64_t np = ctr(&h->n_published);
+    assert(fl_ring_reset_rows(m, 4, 1, &n) == FL_OK && n == 0);
+    assert(state_of(&r, 2) == FL_MAKE_STATE(GEN(q2), 4, FL_SLOT_READY));
+    assert(ctr(&h->n_published) == np + 1);
+    assert(fl_ring_release(m, 2) == FL_OK);
+    assert(ctr(&h->n_claimed) == 0 && ctr(&h->n_reclaimed) == 0);
+    ring_free(&r);
+}
+
+static void test_shared_dead_failer(void) {
+    ring r = ring_new_rows(2, 64, 8);
+    void *m = r.mem;
+    uint32_t first = 0, slot, st, n = 0;
+    /* (a) the failer dies before settling: reopened, the batch is loaded again */
+    assert(fl_ring_queue_shared(m, 0, 1, 0, 6) == FL_OK);
+    uint32_t q = state_of(&r, 0);
+    assert(sh_take(&r, 0, q, 1, 0, 1, &first) == 1);
+    assert(sh_done(&r, 0, q, 1, 0, 1) == 0);
+    assert(sh_take(&r, 0, q, 2, 1, 1, &first) == 1); /* worker 2 still loads row 1 */
+    assert(sh_take(&r, 0, q, 3, 2, 1, &first) == 1);
+    assert(sh_take(&r, 0, q, 3, 3, 1, &first) == 1);
+    assert(sh_fail(&r, 0, q, 3, 2, 4) == 1);
+    assert_rows(&r, 0, 3, 6, FL_ROW_CLOSED);
+    assert(fl_ring_reset_rows(m, 3, 1, &n) == FL_OK && n == 0);
+    assert(share_of(&r, 0) == FL_SHARE_ON && state_of(&r, 0) == q);
+    assert(row_of(&r, 0, 0) == FL_ROW_DONE && row_of(&r, 0, 1) == TAKEN(2));
+    assert_rows(&r, 0, 2, 6, FL_ROW_FREE); /* its ERRORED and CLOSED rows */
+    assert(fl_ring_fail_shared(m, 0, q, 3) == FL_ESTATE);
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_OK && slot == 0 && st == q);
+    assert(sh_take(&r, 0, q, 4, UINT32_MAX, 1, &first) == 4 && first == 2);
+    assert(sh_done(&r, 0, q, 2, 1, 1) == 0);
+    assert(sh_done(&r, 0, q, 4, 2, 4) == 1);
+    assert(state_of(&r, 0) == FL_MAKE_STATE(GEN(q), 4, FL_SLOT_READY));
+    assert(fl_ring_release(m, 0) == FL_OK);
+
+    /* (b) reopened, a row raises again: that worker is the failer now */
+    assert(fl_ring_queue_shared(m, 0, 2, 0, 4) == FL_OK);
+    q = state_of(&r, 0);
+    assert(sh_take(&r, 0, q, 1, 0, 1, &first) == 1);
+    assert(sh_fail(&r, 0, q, 1, 0, 1) == 1);
+    assert(fl_ring_reset_rows(m, 1, 1, &n) == FL_OK && n == 0);
+    assert(share_of(&r, 0) == FL_SHARE_ON);
+    assert_rows(&r, 0, 0, 4, FL_ROW_FREE);
+    assert(sh_take(&r, 0, q, 2, 0, 1, &first) == 1);
+    assert(sh_fail(&r, 0, q, 2, 0, 1) == 1);
+    assert(fl_ring_fail_shared(m, 0, q, 1) == FL_ESTATE);
+    assert(settle(&r, 0, 0, FL_OK) == 0);
+    assert(fl_ring_fail_shared(m, 0, q, 2) == FL_OK);
+    assert(state_of(&r, 0) == FL_MAKE_STATE(GEN(q), 2, FL_SLOT_FAILED));
+    assert(fl_ring_release(m, 0) == FL_OK);
+
+    /* (c) not reopened: cancelled, freed by a cancel once nobody loads a row */
+    assert(fl_ring_queue_shared(m, 0, 3, 0, 4) == FL_OK);
+    q = state_of(&r, 0);
+    assert(sh_take(&r, 0, q, 5, 0, 1, &first) == 1);
+    assert(sh_take(&r, 0, q, 6, 1, 1, &first) == 1);
+    assert(sh_fail(&r, 0, q, 5, 0, 1) == 1);
+    assert(fl_ring_reset_rows(m, 5, 0, &n) == FL_OK && n == 0);
+    assert(share_of(&r, 0) == FL_SHARE_CANCELLED && state_of(&r, 0) == q);
+    assert(row_of(&r, 0, 0) == FL_ROW_ERRORED && row_of(&r, 0, 1) == TAKEN(6));
+    assert_rows(&r, 0, 2, 4, FL_ROW_CLOSED);
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_ETIMEOUT);
+    assert(fl_ring_fail_shared(m, 0, q, 5) == FL_ESTATE);
+    assert(sh_cancel(&r, 0) == 0);
+    assert(sh_done(&r, 0, q, 6, 1, 1) == 0);
+    assert(sh_cancel(&r, 0) == 1);
+    assert(ST(state_of(&r, 0)) == FL_SLOT_FREE);
+
+    /* (d) a dead worker's rows in a batch a live worker fails: CLOSED even when reopening */
+    assert(fl_ring_queue_shared(m, 0, 4, 0, 4) == FL_OK);
+    q = state_of(&r, 0);
+    assert(sh_take(&r, 0, q, 7, 0, 1, &first) == 1);
+    assert(sh_take(&r, 0, q, 8, 1, 1, &first) == 1);
+    assert(sh_fail(&r, 0, q, 7, 0, 1) == 1);
+    assert(settle(&r, 0, 0, FL_ETIMEOUT) == 1);
+    assert(fl_ring_reset_rows(m, 8, 1, &n) == FL_OK && n == 1);
+    assert(row_of(&r, 0, 1) == FL_ROW_CLOSED && share_of(&r, 0) == FL_SHARE_FAILING);
+    assert(settle(&r, 0, 0, FL_OK) == 0);
+    assert(fl_ring_fail_shared(m, 0, q, 7) == FL_OK);
+    assert(state_of(&r, 0) == FL_MAKE_STATE(GEN(q), 7, FL_SLOT_FAILED));
+    ring_free(&r);
+}
+
+/* Rows given up front (fl_ring_queue_shared_to: NOTE [first samples]), the preference order of
+ * fl_ring_find_rows_for, and fl_ring_reset_slot_rows. */
+static void test_shared_given_rows_and_preference(void) {
+    ring r = ring_new_rows(4, 16 * 8, 8);
+    void *m = r.mem;
+    uint32_t slot = 99, st = 0, first = 0, n = 0;
+    const uint32_t owners[3] = {2, FL_TARGET_ANY, 0};
+    assert(fl_ring_queue_shared_to(m, 0, 10, 0, 4, owners, 3) == FL_OK);
+    const uint32_t q0 = state_of(&r, 0);
+    assert(row_of(&r, 0, 0) == (FL_ROW_GIVEN | 3) && row_of(&r, 0, 1) == FL_ROW_FREE);
+    assert(row_of(&r, 0, 2) == (FL_ROW_GIVEN | 1) && row_of(&r, 0, 3) == FL_ROW_FREE);
+    /* bad owners and counts are refused, nothing queued */
+    const uint32_t bad[1] = {FL_MAX_WORKERS};
+    assert(fl_ring_queue_shared_to(m, 1, 11, 0, 4, bad, 1) == FL_EINVAL);
+    assert(fl_ring_queue_shared_to(m, 1, 11, 0, 2, owners, 3) == FL_EINVAL);
+    assert(fl_ring_queue_shared_to(m, 1, 11, 0, 2, NULL, 1) == FL_EINVAL);
+    assert(FL_STATE_BITS(state_of(&r, 1)) == FL_SLOT_FREE);
+    /* a given row is taken by its worker only; a guided piece skips it */
+    assert(sh_take(&r, 0, q0, 1, FL_TAKE_GIVEN, 1, &first) == 0);
+    assert(sh_take(&r, 0, q0, 1, 0, 1, &first) == 0); /* not even exactly */
+    assert(sh_take(&r, 0, q0, 1, FL_TAKE_PIECE, 1, &first) == 1 && first == 1);
+    assert(sh_take(&r, 0, q0, 2, FL_TAKE_GIVEN, 1, &first) == 1 && first == 0);
+    assert(row_of(&r, 0, 0) == 3); /* now taken (being loaded) by worker 2 */
+    assert(sh_take(&r, 0, q0, 2, FL_TAKE_GIVEN, 1, &first) == 0);
+    /* a batch nobody has begun is preferred to helping the begun one; a given row beats both */
+    assert(fl_ring_queue_shared(m, 1, 11, 0, 4) == FL_OK);
+    const uint32_t q1 = state_of(&r, 1);
+    assert(fl_ring_find_rows_for(m, 3, &slot, &st) == FL_OK && slot == 1 && st == q1);
+    assert(fl_ring_find_rows_for(m, 0, &slot, &st) == FL_OK && slot == 0 && st == q0);
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_OK && slot == 1);
+    /* a later epoch's batch nobody has begun comes after helping */
+    assert(fl_ring_queue_shared(m, 2, 12, 1, 4) == FL_OK);
+    assert(sh_take(&r, 1, q1, 3, FL_TAKE_PIECE, 1, &first) == 4 && first == 0);
+    assert(fl_ring_find_rows_for(m, 3, &slot, &st) == FL_OK && slot == 0); /* row 3 of slot 0 */
+    assert(sh_take(&r, 0, q0, 3, FL_TAKE_PIECE, 1, &first) == 1 && first == 3);
+    assert(fl_ring_find_rows_for(m, 3, &slot, &st) == FL_OK && slot == 2); /* the next epoch */
+    assert(fl_ring_find_rows_for(m, 0, &slot, &st) == FL_OK && slot == 0); /* its given row */
+    /* worker 0 dies: reset_slot_rows on another slot leaves its given row alone */
+    assert(fl_ring_reset_slot_rows(m, 1, 0, 1, &n) == FL_OK && n == 0);
+    assert(row_of(&r, 0, 2) == (FL_ROW_GIVEN | 1));
+    assert(fl_ring_reset_slot_rows(m, 0, 0, 1, &n) == FL_OK && n == 1);
+    assert(row_of(&r, 0, 2) == FL_ROW_FREE);
+    assert(fl_ring_reset_slot_rows(m, 4, 0, 1, &n) == FL_EINVAL);
+    /* rows_of lists taken rows, never given ones */
+    assert(fl_ring_queue_shared_to(m, 3, 13, 1, 2, owners, 1) == FL_OK);
+    uint32_t ss[4], rr[4];
+    assert(fl_ring_rows_of(m, 2, ss, rr, 4, &n) == FL_OK && n == 1 && ss[0] == 0 && rr[0] == 0);
+    /* the rest loads, and the last rows_done publishes each batch */
+    int pub = 0;
+    assert(sh_take(&r, 0, q0, 1, FL_TAKE_PIECE, 1, &first) == 1 && first == 2);
+    assert(fl_ring_rows_done(m, 0, q0, 1, 1, 2, &pub) == FL_OK && pub == 0);
+    assert(fl_ring_rows_done(m, 0, q0, 3, 3, 1, &pub) == FL_OK && pub == 0);
+    assert(fl_ring_rows_done(m, 0, q0, 2, 0, 1, &pub) == FL_OK && pub == 1);
+    assert(FL_STATE_BITS(state_of(&r, 0)) == FL_SLOT_READY);
+    assert(fl_ring_rows_done(m, 1, q1, 3, 0, 4, &pub) == FL_OK && pub == 1);
+    ring_free(&r);
+}
+
+static void test_shared_stale_view(void) {
+    ring r = ring_new_rows(2, 64, 8);
+    void *m = r.mem;
+    uint32_t slot = 9, old = 0, first = 5, n = 5, st;
+    int x = 5;
+    /* a worker reads the batch; the parent cancels it and queues another in the slot */
+    assert(fl_ring_queue_shared(m, 1, 1, 0, 5) == FL_OK);
+    assert(fl_ring_find_rows(m, &slot, &old) == FL_OK && slot == 1);
+    assert(sh_cancel(&r, 1) == 1);
+    assert(fl_ring_queue_shared(m, 1, 2, 0, 7) == FL_OK);
+    const uint32_t nw = state_of(&r, 1);
+    assert(GEN(nw) == GEN(old) + 1);
+    /* the old word takes nothing of the new batch */
+    assert(fl_ring_take_rows(m, 1, old, 1, UINT32_MAX, 1, &first, &n) == FL_ESTATE);
+    assert(n == 0 && first == 0);
+    assert(fl_ring_take_rows(m, 1, old, 1, 3, 1, &first, &n) == FL_ESTATE && n == 0);
+    assert(fl_ring_rows_done(m, 1, old, 1, 0, 1, &x) == FL_ESTATE && x == 0);
+    assert(fl_ring_rows_fail(m, 1, old, 1, 0, 1, &x) == FL_ESTATE && x == 0);
+    assert(fl_ring_fail_shared(m, 1, old, 1) == FL_ESTATE);
+    assert_rows(&r, 1, 0, 7, FL_ROW_FREE);
+    assert(state_of(&r, 1) == nw && share_of(&r, 1) == FL_SHARE_ON);
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_OK && slot == 1 && st == nw);
+    /* a word of the slot's generation that is not its state word */
+    assert(fl_ring_take_rows(m, 1, FL_MAKE_STATE(GEN(nw), 1, FL_SLOT_QUEUED), 1, UINT32_MAX, 1,
+                             &first, &n) == FL_ESTATE);
+    assert(fl_ring_take_rows(m, 1, FL_MAKE_STATE(GEN(nw), 0, FL_SLOT_CLAIMED), 1, UINT32_MAX,
+                             1, &first, &n) == FL_ESTATE);
+    assert_rows(&r, 1, 0, 7, FL_ROW_FREE);
+    /* published, released and queued again: the word read before is stale again */
+    assert(sh_take(&r, 1, nw, 2, UINT32_MAX, 1, &first) == 7);
+    assert(sh_done(&r, 1, nw, 2, 0, 7) == 1);
+    assert(fl_ring_release(m, 1) == FL_OK);
+    assert(fl_ring_queue_shared(m, 1, 3, 0, 4) == FL_OK);
+    const uint32_t n3 = state_of(&r, 1);
+    assert(fl_ring_take_rows(m, 1, nw, 2, UINT32_MAX, 1, &first, &n) == FL_ESTATE && n == 0);
+    assert(fl_ring_take_rows(m, 1, old, 2, 0, 1, &first, &n) == FL_ESTATE && n == 0);
+    assert_rows(&r, 1, 0, 4, FL_ROW_FREE);
+    assert(state_of(&r, 1) == n3);
+    /* a plain task has no rows to take (and stays claimable) */
+    assert(fl_ring_queue(m, 0, 4, 0, 1) == FL_OK);
+    const uint32_t p = state_of(&r, 0);
+    first = n = 5;
+    assert(fl_ring_take_rows(m, 0, p, 2, UINT32_MAX, 1, &first, &n) == FL_OK);
+    assert(n == 0 && first == 0 && state_of(&r, 0) == p);
+    assert(fl_ring_take_rows(m, 0, p, 2, 0, 1, &first, &n) == FL_OK && n == 0);
+    assert(fl_ring_claim(m, 2, 0, &slot, &st) == FL_OK && slot == 0);
+    ring_free(&r);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* shared batches: sleeping and waking across threads                                         */
+
+typedef struct settler {
+    ring *r;
+    uint32_t slot;
+    int64_t timeout_ns;
+    int rc;
+    uint32_t busy;
+    int64_t t_return;
+    fl_atomic_u32 done;
+} settler;
+
+static void *settler_main(void *arg) {
+    settler *x = arg;
+    x->rc = fl_ring_rows_settle(x->r->mem, x->slot, x->timeout_ns, &x->busy);
+    x->t_return = fl_now_ns();
+    fl_atomic_store_release_u32(&x->done, 1);
+    return NULL;
+}
+
+/* The failer asleep in rows_settle wakes when the last row being loaded is done, or failed, or
+ * when the ring is stopped (fl_ring_stop: "wake every sleeping worker"). */
+static void test_shared_settle_wakes(void) {
+    ring r = ring_new_rows(2, 64, 8);
+    void *m = r.mem;
+    uint32_t first;
+    for (int how = 0; how < 3; how++) { /* rows_done, rows_fail, stop */
+        assert(fl_ring_queue_shared(m, 0, (uint64_t)how, 0, 4) == FL_OK);
+        const uint32_t q = state_of(&r, 0);
+        assert(sh_take(&r, 0, q, 1, 0, 1, &first) == 1);
+        assert(sh_take(&r, 0, q, 2, 1, 1, &first) == 1);
+        assert(sh_fail(&r, 0, q, 1, 0, 1) == 1);
+        settler x = {.r = &r, .slot = 0, .timeout_ns = 10000 * MS, .busy = 99};
+        pthread_t th;
+        uint64_t waits = ctr(&H(&r)->n_futex_waits);
+        assert(pthread_create(&th, NULL, settler_main, &x) == 0);
+        assert(await_u32_ge(&H(&r)->row_waiters, 1, 5000));
+        assert(await_u64_ge(&H(&r)->n_futex_waits, waits + 1, 5000)); /* (about to be) asleep */
+        sleep_ms(20);
+        assert(fl_atomic_load_acquire_u32(&x.done) == 0);
+        int64_t t0 = fl_now_ns();
+        if (how == 0)
+            assert(sh_done(&r, 0, q, 2, 1, 1) == 0);
+        else if (how == 1)
+            assert(sh_fail(&r, 0, q, 2, 1, 2) == 0);
+        else
+            assert(fl_ring_stop(m) == FL_OK);
+        assert(pthread_join(th, NULL) == 0);
+        double lat = (double)(x.t_return - t0) / 1e6;
+        printf("  sleeping settle returned %.2f ms after %s\n", lat,
+               how == 0 ? "rows_done" : how == 1 ? "rows_fail" : "stop");
+        assert(lat < 1000.0);
+        assert(fl_atomic_load_acquire_u32(&H(&r)->row_waiters) == 0);
+        if (how == 2) {
+            assert(x.rc == FL_ESTOPPED);
+            break;
+        }
+        assert(x.rc == FL_OK && x.busy == 0);
+        assert(fl_ring_fail_shared(m, 0, q, 1) == FL_OK);
+        assert(fl_ring_release(m, 0) == FL_OK);
+    }
+    ring_free(&r);
+}
+
+/* The parent asleep in fl_ring_wait on a shared batch wakes when it is published. */
+static void test_shared_publish_wakes_wait(void) {
+    ring r = ring_new_rows(2, 64, 8);
+    void *m = r.mem;
+    for (int ok = 0; ok <= 1; ok++) {
+        assert(fl_ring_queue_shared(m, 1, 5, 0, 3) == FL_OK);
+        const uint32_t q = state_of(&r, 1);
+        uint32_t first;
+        assert(sh_take(&r, 1, q, 2, UINT32_MAX, 1, &first) == 3);
+        waiter w = {.r = &r, .slot = 1};
+        pthread_t th;
+        assert(pthread_create(&th, NULL, waiter_main, &w) == 0);
+        assert(await_u32_ge(&H(&r)->ready_waiters, 1, 5000));
+        sleep_ms(20);
+        *(volatile unsigned char *)slot_data(&r, 1) = (unsigned char)(ok + 1); /* the payload */
+        int64_t t_p = fl_now_ns();
+        if (ok) {
+            assert(sh_done(&r, 1, q, 2, 0, 3) == 1);
+        } else {
+            assert(sh_fail(&r, 1, q, 2, 0, 3) == 1);
+            assert(settle(&r, 1, 0, FL_OK) == 0);
+            assert(fl_ring_fail_shared(m, 1, q, 2) == FL_OK);
+        }
+        assert(pthread_join(th, NULL) == 0);
+        double lat = (double)(w.t_return - t_p) / 1e6;
+        printf("  sleeping wait saw the shared %s publish %.2f ms later\n", ok ? "READY" : "FAILED",
+               lat);
+        assert(w.rc == FL_OK);
+        assert(w.state == FL_MAKE_STATE(GEN(q), 2, ok ? FL_SLOT_READY : FL_SLOT_FAILED));
+        assert(lat < 1000.0);
+        assert(*slot_data(&r, 1) == ok + 1);
+        assert(fl_ring_release(m, 1) == FL_OK);
+    }
+    assert(fl_atomic_load_acquire_u32(&H(&r)->ready_waiters) == 0);
+    ring_free(&r);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* shared batches under stress: 1 parent thread queues shared batches (and some plain tasks)  */
+/* into the slots, fails and cancels; NW worker threads take their rows                       */
+
+#define SH_ROWS 48 /* rows of a shared batch; its payload is one word per row */
+
+static uint32_t sh_count_of(uint64_t seq) { return 1 + (uint32_t)(mix64(seq ^ 0xABCDu) % SH_ROWS); }
+static uint64_t sh_word(uint64_t seq, uint32_t row) { return seq * 1000 + row; }
+static int sh_is_plain(uint64_t seq) { return mix64(seq + 77) % 8 == 0; } /* 1 in 8: a plain task */
+
+typedef struct sh_stress sh_stress;
+
+typedef struct sh_worker {
+    sh_stress *S;
+    pthread_t th;
+    uint32_t id;
+    uint64_t rng;
+    uint64_t pieces, rows, claims, stale, wins, losses, settle_timeouts, slow_settles;
+} sh_worker;
+
+struct sh_stress {
+    ring r;
+    uint64_t nbatches;
+    uint32_t nworkers, divisor;
+    uint32_t fail_ppm;  /* per piece taken: one of its rows raises */
+    uint32_t exact_ppm; /* per take: an exact row (as a worker's kept rows: NOTE [first samples]) */
+    int64_t settle_ns;
+    fl_atomic_u32 *published; /* per seq: publishes READY (rows_done, or a plain publish) */
+    fl_atomic_u32 *wins;      /* per seq: rows_fail calls that won (each publishes FAILED) */
+    fl_atomic_u32 *winner;    /* per slot: worker + 1 that failed the batch in it */
+    sh_worker *w;
+};
+
+/* Loading a row takes a while (0 to ~2 us here), so that the parent's cancels and the other
+ * workers' takes and failures land while rows are being loaded. */
+static void sh_load_work(sh_worker *me) {
+    uint64_t x = rng_next(&me->rng), k = x % 64;
+    for (uint64_t i = 0; i < k; i++) x = mix64(x);
+    if (x == 42) me->rows++; /* keep the loop */
+}
+
+/* A worker's loop, as fastload/_worker.py's fill_rows: read the batch, then take pieces of it
+ * until none is left, loading each (the pattern seq * 1000 + row) before marking it done. */
+static void sh_fill(sh_worker *me, uint32_t slot, uint32_t st) {
+    sh_stress *S = me->S;
+    void *m = S->r.mem;
+    /* read before taking, as the Python worker does: by now it may describe another batch, and
+     * then no take below succeeds */
+    fl_slot_info info;
+    assert(fl_ring_slot_info(m, slot, &info) == FL_OK);
+    const uint64_t seq = info.seq;
+    const uint32_t count = info.count;
+    uint64_t *data = (uint64_t *)slot_data(&S->r, slot);
+    for (;;) {
+        uint32_t row = UINT32_MAX, first = 0, n = 0;
+        if (count >= 1 && count <= SH_ROWS && rng_next(&me->rng) % 1000000u < S->exact_ppm)
+            row = (uint32_t)(rng_next(&me->rng) % count);
+        int rc = fl_ring_take_rows(m, slot, st, me->id, row, S->divisor, &first, &n);
+        if (rc == FL_ESTATE) { /* not the batch read */
+            me->stale++;
+            return;
+        }
+        assert(rc == FL_OK);
+        if (n == 0) {
+            if (row != UINT32_MAX) continue;
+            return;
+        }
+        /* the rows are ours, so the batch is the one read */
+        me->pieces++;
+        me->rows += n;
+        assert(seq < S->nbatches && !sh_is_plain(seq));
+        assert(count == sh_count_of(seq) && info.epoch == epoch_of(seq) && first + n <= count);
+        assert(fl_atomic_load_relaxed_u64(&fl_ring_slot(m, slot)->seq) == seq);
+        assert(row == UINT32_MAX || (first == row && n == 1));
+        uint32_t bad = n; /* the first row that raises: none */
+        if (S->fail_ppm && rng_next(&me->rng) % 1000000u < S->fail_ppm)
+            bad = (uint32_t)(rng_next(&me->rng) % n);
+        for (uint32_t k = 0; k < bad; k++) {
+            assert(fl_atomic_load_relaxed_u32(row_word(&S->r, slot, first + k)) == me->id + 1);
+            sh_load_work(me);
+            data[first + k] = sh_word(seq, first + k);
+        }
+        int pub = 0, won = 0;
+        if (bad == n) {
+            assert(fl_ring_rows_done(m, slot, st, me->id, first, n, &pub) == FL_OK);
+            if (pub) {
+                fl_atomic_fetch_add_acq_rel_u32(&S->published[seq], 1);
+                return;
+            }
+            continue;
+        }
+        if (bad > 0) {
+            assert(fl_ring_rows_done(m, slot, st, me->id, first, bad, &pub) == FL_OK);
+            assert(pub == 0); /* row first + bad is still ours */
+        }
+        data[first + bad] = ~sh_word(seq, first + bad); /* half-loaded */
+        assert(fl_ring_rows_fail(m, slot, st, me->id, first + bad, first + n, &won) == FL_OK);
+        if (!won) {
+            me->losses++;
+            return;
+        }
+        me->wins++;
+        fl_atomic_store_relaxed_u32(&S->winner[slot], me->id + 1); /* published by fail_shared */
+        for (;;) {
+            uint32_t busy = 99;
+            int64_t t0 = fl_now_ns();
+            rc = fl_ring_rows_settle(m, slot, S->settle_ns, &busy);
+            /* rows take microseconds to load here: a settle that sleeps most of its timeout
+             * missed the wake-up of the last row given back */
+            if (fl_now_ns() - t0 > S->settle_ns / 2) me->slow_settles++;
+            if (rc == FL_OK) {
+                assert(busy == 0);
+                break;
+            }
+            assert(rc == FL_ETIMEOUT && busy > 0 && busy <= count);
+            me->settle_timeouts++;
+        }
+        /* settled: nothing is being loaded, nothing is left to take */
+        for (uint32_t k = 0; k < count; k++) {
+            uint32_t v = fl_atomic_load_acquire_u32(row_word(&S->r, slot, k));
+            assert(v == FL_ROW_DONE || v == FL_ROW_ERRORED || v == FL_ROW_CLOSED);
+        }
+        fl_atomic_fetch_add_acq_rel_u32(&S->wins[seq], 1);
+        assert(fl_ring_fail_shared(m, slot, st, me->id) == FL_OK);
+        return;
+    }
+}
+
+static void *sh_worker_main(void *arg) {
+    sh_worker *me = arg;
+    sh_stress *S = me->S;
+    void *m = S->r.mem;
+    assert(fl_ring_attach(m, S->r.total) == FL_OK);
+    uint32_t idle = 0;
+    while (!fl_ring_stopped(m)) {
+        uint32_t slot = UINT32_MAX, st = 0;
+        if (fl_ring_find_rows(m, &slot, &st) == FL_OK) {
+            assert(slot < S->r.nslots && ST(st) == FL_SLOT_QUEUED);
+            sh_fill(me, slot, st);
+            idle = 0;
+            continue;
+        }
+        if (fl_ring_claim(m, me->id, 0, &slot, &st) == FL_OK) { /* a plain task */
+            fl_slot_hdr *s = fl_ring_slot(m, slot);
+            uint64_t seq = fl_atomic_load_relaxed_u64(&s->seq);
+            assert(seq < S->nbatches && sh_is_plain(seq) && s->count == sh_count_of(seq));
+            assert(share_of(&S->r, slot) == FL_SHARE_OFF);
+            uint64_t *data = (uint64_t *)slot_data(&S->r, slot);
+            for (uint32_t k = 0; k < s->count; k++) data[k] = sh_word(seq, k);
+            assert(fl_ring_publish(m, slot, st, 1) == FL_OK);
+            fl_atomic_fetch_add_acq_rel_u32(&S->published[seq], 1);
+            me->claims++;
+            idle = 0;
+            continue;
+        }
+        if (++idle < 50) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 50000}; /* 50 us */
+            nanosleep(&ts, NULL);
+        }
+    }
+    return NULL;
+}
+
+typedef struct sh_result {
+    uint64_t ready, failed, cancelled, recancels, dropped_ready, dropped_failed, wait_timeouts;
+    uint64_t slow_settles;
+} sh_result;
+
+/* Poison a slot's payload the parent owns again: the next batch in it must load every row. */
+static void sh_poison(sh_stress *S, uint32_t slot) {
+    uint64_t *data = (uint64_t *)slot_data(&S->r, slot);
+    for (uint32_t k = 0; k < SH_ROWS; k++) data[k] = ~(uint64_t)0;
+}
+
+/* The parent's checks of a batch a worker published (late: after the parent cancelled it). */
+static void sh_check(sh_stress *S, uint32_t slot, uint64_t seq, uint32_t w, int late) {
+    fl_slot_info info;
+    assert(fl_ring_slot_info(S->r.mem, slot, &info) == FL_OK);
+    const uint32_t count = sh_count_of(seq);
+    assert(info.state == w && info.seq == seq && info.count == count && info.rows == count);
+    assert(info.epoch == epoch_of(seq));
+    assert(OWNER(w) >= 1 && OWNER(w) <= S->nworkers);
+    const uint64_t *data = (const uint64_t *)slot_data(&S->r, slot);
+    const int plain = sh_is_plain(seq);
+    const uint32_t sh = share_of(&S->r, slot);
+    if (plain)
+        assert(sh == FL_SHARE_OFF);
+    else if (ST(w) == FL_SLOT_FAILED)
+        assert(sh == FL_SHARE_FAILING);
+    else
+        assert(sh == FL_SHARE_ON || (late && sh == FL_SHARE_CANCELLED));
+    if (ST(w) == FL_SLOT_READY) {
+        for (uint32_t k = 0; k < count; k++) {
+            if (!plain) assert(row_of(&S->r, slot, k) == FL_ROW_DONE);
+            if (data[k] != sh_word(seq, k)) {
+                fprintf(stderr, "shared stress: seq %llu slot %u row %u holds %llu\n",
+                        (unsigned long long)seq, slot, k, (unsigned long long)data[k]);
+                abort();
+            }
+        }
+        return;
+    }
+    assert(ST(w) == FL_SLOT_FAILED && !plain);
+    assert(fl_atomic_load_relaxed_u32(&S->winner[slot]) == OWNER(w) + 1);
+    fl_atomic_store_relaxed_u32(&S->winner[slot], 0);
+    uint32_t errored = 0;
+    for (uint32_t k = 0; k < count; k++) {
+        uint32_t v = row_of(&S->r, slot, k);
+        if (v == FL_ROW_DONE) {
+            assert(data[k] == sh_word(seq, k)); /* a row done is loaded, even in a failed batch */
+        } else if (v == FL_ROW_ERRORED) {
+            errored++;
+        } else {
+            assert(v == FL_ROW_CLOSED);
+        }
+    }
+    assert(errored >= 1);
+}
+
+static void sh_queue(sh_stress *S, uint32_t slot, uint64_t seq) {
+    if (sh_is_plain(seq))
+        assert(fl_ring_queue(S->r.mem, slot, seq, epoch_of(seq), sh_count_of(seq)) == FL_OK);
+    else
+        assert(fl_ring_queue_shared(S->r.mem, slot, seq, epoch_of(seq), sh_count_of(seq)) == FL_OK);
+}
+
+static sh_result run_shared_stress(uint64_t nbatches, uint32_t nworkers, uint32_t nslots,
+                                   uint32_t fail_ppm, uint32_t cancel_ppm, uint64_t seed) {
+    sh_stress S;
+    memset(&S, 0, sizeof S);
+    S.r = ring_new_rows(nslots, SH_ROWS * 8, SH_ROWS);
+    S.nbatches = nbatches;
+    S.nworkers = nworkers;
+    S.divisor = 2 * nworkers; /* as fastload/_worker.py */
+    S.fail_ppm = fail_ppm;
+    S.exact_ppm = 100000;
+    S.settle_ns = 2000 * MS; /* a lost wake-up shows as a settle timeout */
+    S.published = calloc(nbatches, sizeof(fl_atomic_u32));
+    S.wins = calloc(nbatches, sizeof(fl_atomic_u32));
+    S.winner = calloc(nslots, sizeof(fl_atomic_u32));
+    S.w = calloc(nworkers, sizeof(sh_worker));
+    uint32_t *dropped_ready = calloc(nbatches, sizeof(uint32_t));
+    uint32_t *failed = calloc(nbatches, sizeof(uint32_t));
+    uint32_t *slot_of = calloc(nslots, sizeof(uint32_t));
+    uint32_t *freel = calloc(nslots, sizeof(uint32_t));
+    assert(S.published && S.wins && S.winner && S.w && dropped_ready && failed && slot_of && freel);
+    for (uint32_t k = 0; k < nworkers; k++) {
+        S.w[k] = (sh_worker){.S = &S, .id = k + 1, .rng = mix64(seed * 31 + k) | 1};
+        assert(pthread_create(&S.w[k].th, NULL, sh_worker_main, &S.w[k]) == 0);
+    }
+    void *m = S.r.mem;
+    uint64_t rng = seed | 1;
+    uint32_t nfree = nslots;
+    for (uint32_t i = 0; i < nslots; i++) freel[i] = i;
+    uint64_t next_q = 0, next_c = 0;
+    sh_result res;
+    memset(&res, 0, sizeof res);
+    while (next_c < nbatches) {
+        while (next_q < nbatches && next_q - next_c < nslots && nfree > 0) {
+            uint32_t j = (uint32_t)(rng_next(&rng) % nfree);
+            uint32_t slot = freel[j];
+            freel[j] = freel[--nfree];
+            sh_queue(&S, slot, next_q);
+            slot_of[next_q % nslots] = slot;
+            next_q++;
+        }
+        /* now and then the parent abandons a batch in flight while workers may be loading it
+         * (as _slots.py drop): freed by a cancel once none is, or published meanwhile (a stale
+         * result, released); then it queues the batch again in that slot */
+        if (cancel_ppm && next_q > next_c && rng_next(&rng) % 1000000u < cancel_ppm) {
+            uint64_t seq = next_c + rng_next(&rng) % (next_q - next_c);
+            uint32_t slot = slot_of[seq % nslots];
+            int64_t t0 = fl_now_ns();
+            for (uint32_t tries = 0;; tries++) {
+                int c = sh_cancel(&S.r, slot);
+                uint32_t w = state_of(&S.r, slot);
+                if (c) { /* nobody loads a row of it: the parent owns the slot again */
+                    assert(ST(w) == FL_SLOT_FREE);
+                    sh_poison(&S, slot);
+                    res.cancelled++;
+                    res.recancels += tries;
+                    break;
+                }
+                if (ST(w) == FL_SLOT_READY || ST(w) == FL_SLOT_FAILED) {
+                    sh_check(&S, slot, seq, w, 1); /* a stale result */
+                    if (ST(w) == FL_SLOT_READY) {
+                        dropped_ready[seq]++;
+                        res.dropped_ready++;
+                    } else {
+                        failed[seq]++;
+                        res.dropped_failed++;
+                    }
+                    sh_poison(&S, slot);
+                    assert(fl_ring_release(m, slot) == FL_OK);
+                    break;
+                }
+                assert(ST(w) == FL_SLOT_QUEUED || ST(w) == FL_SLOT_CLAIMED);
+                if (ST(w) == FL_SLOT_QUEUED && !sh_is_plain(seq)) {
+                    uint32_t sh = share_of(&S.r, slot);
+                    assert(sh == FL_SHARE_CANCELLED || sh == FL_SHARE_FAILING);
+                }
+                if (fl_now_ns() - t0 > 60000 * MS) {
+                    fprintf(stderr, "shared stress: slot %u (seq %llu) not cancelled in 60 s, "
+                            "state %#x share %u\n", slot, (unsigned long long)seq, w,
+                            share_of(&S.r, slot));
+                    abort();
+                }
+                sched_yield();
+            }
+            sh_queue(&S, slot, seq);
+            continue;
+        }
+        uint32_t slot = slot_of[next_c % nslots], w = 0;
+        int64_t t0 = fl_now_ns();
+        for (;;) {
+            int rc = fl_ring_wait(m, slot, 50 * MS, &w);
+            if (rc == FL_OK) break;
+            assert(rc == FL_ETIMEOUT);
+            res.wait_timeouts++;
+            if (fl_now_ns() - t0 > 60000 * MS) {
+                fprintf(stderr, "shared stress: no progress for 60 s at seq %llu (slot %u, "
+                        "state %#x, share %u)\n", (unsigned long long)next_c, slot, w,
+                        share_of(&S.r, slot));
+                abort();
+            }
+        }
+        sh_check(&S, slot, next_c, w, 0);
+        if (ST(w) == FL_SLOT_FAILED) { /* retried in the same slot */
+            failed[next_c]++;
+            res.failed++;
+            sh_poison(&S, slot);
+            assert(fl_ring_release(m, slot) == FL_OK);
+            sh_queue(&S, slot, next_c);
+            continue;
+        }
+        assert(fl_ring_begin_read(m, slot) == FL_OK);
+        sh_poison(&S, slot);
+        assert(fl_ring_release(m, slot) == FL_OK);
+        res.ready++;
+        freel[nfree++] = slot;
+        next_c++;
+    }
+    assert(fl_ring_stop(m) == FL_OK);
+    sh_worker tot;
+    memset(&tot, 0, sizeof tot);
+    for (uint32_t k = 0; k < nworkers; k++) {
+        assert(pthread_join(S.w[k].th, NULL) == 0);
+        tot.pieces += S.w[k].pieces;
+        tot.rows += S.w[k].rows;
+        tot.claims += S.w[k].claims;
+        tot.stale += S.w[k].stale;
+        tot.wins += S.w[k].wins;
+        tot.losses += S.w[k].losses;
+        tot.settle_timeouts += S.w[k].settle_timeouts;
+        tot.slow_settles += S.w[k].slow_settles;
+        assert(rows_held(&S.r, S.w[k].id) == 0);
+    }
+    /* every batch published READY once, plus the stale READY results dropped; every failure
+     * won published FAILED once */
+    for (uint64_t q = 0; q < nbatches; q++) {
+        assert(S.published[q] == 1 + dropped_ready[q]);
+        assert(S.wins[q] == failed[q]);
+        if (sh_is_plain(q)) assert(failed[q] == 0);
+    }
+    const fl_header *h = H(&S.r);
+    for (uint32_t i = 0; i < nslots; i++) assert(ST(state_of(&S.r, i)) == FL_SLOT_FREE);
+    uint64_t published = res.ready + res.failed + res.dropped_ready + res.dropped_failed;
+    assert(h->n_published == published && h->n_released == published);
+    assert(h->n_cancelled == res.cancelled && h->n_reclaimed == 0);
+    assert(h->n_queued == nbatches + res.failed + res.cancelled + res.dropped_ready +
+                              res.dropped_failed);
+    assert(h->n_claimed == tot.claims);
+    assert(tot.wins == res.failed + res.dropped_failed);
+    assert(fl_atomic_load_acquire_u32(&h->row_waiters) == 0);
+    assert(fl_atomic_load_acquire_u32(&h->ready_waiters) == 0);
+    assert(fl_atomic_load_acquire_u32(&h->task_waiters) == 0);
+    printf("  %llu batches, %u workers, %u slots: %llu pieces (%llu rows), %llu plain claims, "
+           "%llu stale reads, %llu failed (%llu lost races to fail), %llu cancelled (%llu "
+           "re-cancels), %llu dropped late (%llu ready, %llu failed), %llu settle timeouts "
+           "(%llu slow settles), %llu parent wait timeouts\n",
+           (unsigned long long)nbatches, nworkers, nslots, (unsigned long long)tot.pieces,
+           (unsigned long long)tot.rows, (unsigned long long)tot.claims,
+           (unsigned long long)tot.stale, (unsigned long long)res.failed,
+           (unsigned long long)tot.losses, (unsigned long long)res.cancelled,
+           (unsigned long long)res.recancels,
+           (unsigned long long)(res.dropped_ready + res.dropped_failed),
+           (unsigned long long)res.dropped_ready, (unsigned long long)res.dropped_failed,
+           (unsigned long long)tot.settle_timeouts, (unsigned long long)tot.slow_settles,
+           (unsigned long long)res.wait_timeouts);
+    res.slow_settles = tot.slow_settles;
+    free(S.published);
+    free(S.wins);
+    free(S.winner);
+    free(S.w);
+    free(dropped_ready);
+    free(failed);
+    free(slot_of);
+    free(freel);
+    ring_free(&S.r);
+    return res;
+}
+
+static void test_stress_shared(void) {
+    uint64_t n = stress_tasks() / 25;
+    if (n < 1000) n = 1000;
+    /* per piece taken: 1% raise; the parent abandons a batch in flight at 5% of its turns */
+    sh_result res = run_shared_stress(n, 4, 6, 10000, 50000, stress_seed() + 2);
+    assert(res.failed + res.dropped_failed > 0);
+    assert(res.cancelled > 0);
+    assert(res.slow_settles == 0); /* no lost wake-up of a settling failer */
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* regressions of shared batches: bugs these tests found, fixed in the core                  */
+
+/* fl_ring_take_rows gave rows back (the batch failing or cancelled under it) without ringing
+ * the row bell: a failer that had counted them as being loaded slept in fl_ring_rows_settle until
+ * its timeout, though nobody loaded anything. Here worker 2 takes a long piece (2047 rows, one
+ * CAS each); once it is half-way (row 1000 is its), worker 1 fails the batch: the piece stops at
+ * the first row worker 1 closed, worker 2 gives its rows back, and the settle, which saw them
+ * being loaded, must be woken at once. */
+typedef struct gb_taker {
+    ring *r;
+    uint32_t rounds;
+    int cpu; /* pinned there if >= 0 (then it spins instead of yielding) */
+    fl_atomic_u32 go, done_round, last_n;
+} gb_taker;
+
+static void *gb_taker_main(void *arg) {
+    gb_taker *t = arg;
+    pin_self(t->cpu);
+    for (uint32_t round = 1; round <= t->rounds; round++) {
+        while (fl_atomic_load_acquire_u32(&t->go) < round)
+            if (t->cpu < 0) sched_yield();
+        uint32_t st = state_of(t->r, 0), first = 0, n = 0;
+        assert(fl_ring_take_rows(t->r->mem, 0, st, 2, UINT32_MAX, 1, &first, &n) == FL_OK);
+        if (n > 0) assert(sh_done(t->r, 0, st, 2, first, n) == 0); /* kept: loaded */
+        fl_atomic_store_relaxed_u32(&t->last_n, n);
+        fl_atomic_store_release_u32(&t->done_round, round);
+    }
+    return NULL;
+}
+
+static void test_regression_giveback_wakes_settle(void) {
+    const uint32_t N = 2048, MID = 1000;
+    ring r = ring_new_rows(1, 64, N);
+    /* the two must run side by side: on one CPU the piece is taken in one time slice */
+    cpu_set_t saved;
+    assert(sched_getaffinity(0, sizeof saved, &saved) == 0);
+    int cpu0 = nth_allowed_cpu(0), cpu1 = nth_allowed_cpu(1);
+    if (cpu1 < 0) cpu0 = -1;
+    pin_self(cpu0);
+    gb_taker t = {.r = &r, .rounds = 200, .cpu = cpu1};
+    pthread_t th;
+    assert(pthread_create(&th, NULL, gb_taker_main, &t) == 0);
+    uint64_t slow = 0, given_back = 0;
+    double worst = 0;
+    const fl_atomic_u32 *mid = row_word(&r, 0, MID);
+    for (uint32_t round = 1; round <= t.rounds; round++) {
+        assert(fl_ring_queue_shared(r.mem, 0, round, 0, N) == FL_OK);
+        const uint32_t q = state_of(&r, 0);
+        uint32_t first;
+        assert(sh_take(&r, 0, q, 1, 0, 1, &first) == 1);
+        fl_atomic_store_release_u32(&t.go, round);
+        /* wait until worker 2 is half-way through its piece (or done with it) */
+        for (uint32_t spins = 0; fl_atomic_load_acquire_u32(mid) != TAKEN(2) &&
+                                 fl_atomic_load_acquire_u32(&t.done_round) < round;
+             spins++)
+            if (cpu1 < 0 && spins > 1000) sched_yield();
+        int halfway = fl_atomic_load_acquire_u32(&t.done_round) < round;
+        assert(sh_fail(&r, 0, q, 1, 0, 1) == 1);
+        int64_t t0 = fl_now_ns();
+        uint32_t busy = 99;
+        int rc = fl_ring_rows_settle(r.mem, 0, 200 * MS, &busy);
+        double ms = ms_since(t0);
+        if (ms > worst) worst = ms;
+        if (ms > 100.0) slow++;
+        while (fl_atomic_load_acquire_u32(&t.done_round) < round) sched_yield();
+        if (halfway && fl_atomic_load_relaxed_u32(&t.last_n) == 0) given_back++;
+        if (rc != FL_OK) assert(rc == FL_ETIMEOUT && busy > 0);
+        assert(settle(&r, 0, 1000 * MS, FL_OK) == 0);
+        assert(fl_ring_fail_shared(r.mem, 0, q, 1) == FL_OK);
+        assert(fl_ring_release(r.mem, 0) == FL_OK);
+    }
+    assert(pthread_join(th, NULL) == 0);
+    (void)pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
+    printf("  %u rounds: the half-taken piece was given back in %llu; slowest settle %.2f ms, "
+           "%llu slept past 100 ms\n", t.rounds, (unsigned long long)given_back, worst,
+           (unsigned long long)slow);
+    if (cpu1 >= 0) assert(given_back > t.rounds / 2); /* the race this is about did run */
+    assert(slow == 0);
+    ring_free(&r);
+}
+
+/* A worker killed inside fl_ring_rows_fail, at each point between its steps: the parent's
+ * fl_ring_reset_rows leaves a batch that can still end (READY, FAILED, or cancelled). Before the
+ * fix, a death after the failing row went ERRORED but before share went FAILING left that row to
+ * nobody (the batch QUEUED for ever with nothing to take), and one after share went FAILING but
+ * before FL_META_FAILER was written left a failing batch with no failer (not cancellable: the
+ * slot lost). The deaths are simulated by writing what those steps leave behind. */
+static fl_atomic_u32 *failer_word(const ring *r, uint32_t slot) {
+    return row_word(r, slot, 0) - FL_CACHELINE / 4 + 1; /* FL_META_FAILER in the meta line */
+}
+
+static void test_regression_death_inside_rows_fail(void) {
+    ring r = ring_new_rows(2, 64, 8);
+    void *m = r.mem;
+    uint32_t first = 0, n = 0, slot, st;
+    /* the steps, as the real call takes them: rows after `row` back FREE, FAILER claimed, share
+     * ON -> FAILING, the FREE rows closed, `row` ERRORED */
+    assert(fl_ring_queue_shared(m, 0, 1, 0, 4) == FL_OK);
+    uint32_t q = state_of(&r, 0);
+    assert(sh_take(&r, 0, q, 3, UINT32_MAX, 2, &first) == 2 && first == 0);
+    assert(sh_fail(&r, 0, q, 3, 0, 2) == 1);
+    assert(fl_atomic_load_acquire_u32(failer_word(&r, 0)) == TAKEN(3));
+    assert(row_of(&r, 0, 0) == FL_ROW_ERRORED);
+    assert_rows(&r, 0, 1, 4, FL_ROW_CLOSED);
+    assert(settle(&r, 0, 0, FL_OK) == 0);
+    assert(fl_ring_fail_shared(m, 0, q, 3) == FL_OK);
+    assert(fl_ring_release(m, 0) == FL_OK);
+
+    /* (a) killed after claiming FAILER, before share: the claim is dropped, its row reloaded, and
+     * the next row to raise fails the batch */
+    assert(fl_ring_queue_shared(m, 0, 2, 0, 4) == FL_OK);
+    q = state_of(&r, 0);
+    assert(sh_take(&r, 0, q, 3, 1, 1, &first) == 1);
+    fl_atomic_store_release_u32(failer_word(&r, 0), TAKEN(3));
+    assert(sh_take(&r, 0, q, 5, 2, 1, &first) == 1);
+    assert(sh_fail(&r, 0, q, 5, 2, 3) == 0); /* worker 3 "is failing it" */
+    assert(row_of(&r, 0, 2) == FL_ROW_FREE && share_of(&r, 0) == FL_SHARE_ON);
+    assert(fl_ring_reset_rows(m, 3, 1, &n) == FL_OK && n == 1);
+    assert(fl_atomic_load_acquire_u32(failer_word(&r, 0)) == 0);
+    assert(row_of(&r, 0, 1) == FL_ROW_FREE && share_of(&r, 0) == FL_SHARE_ON);
+    assert(sh_take(&r, 0, q, 5, 2, 1, &first) == 1);
+    assert(sh_fail(&r, 0, q, 5, 2, 3) == 1);
+    assert(settle(&r, 0, 0, FL_OK) == 0);
+    assert(fl_ring_fail_shared(m, 0, q, 5) == FL_OK);
+    assert(state_of(&r, 0) == FL_MAKE_STATE(GEN(q), 5, FL_SLOT_FAILED));
+    assert(fl_ring_release(m, 0) == FL_OK);
+
+    /* (b) killed after share went FAILING, its row still taken: reopened, and loaded again */
+    assert(fl_ring_queue_shared(m, 0, 3, 0, 4) == FL_OK);
+    q = state_of(&r, 0);
+    assert(sh_take(&r, 0, q, 3, 1, 1, &first) == 1);
+    fl_atomic_store_release_u32(failer_word(&r, 0), TAKEN(3));
+    fl_atomic_store_release_u32(&fl_ring_slot(m, 0)->share, FL_SHARE_FAILING);
+    assert(fl_ring_reset_rows(m, 3, 1, &n) == FL_OK && n == 1);
+    assert(share_of(&r, 0) == FL_SHARE_ON && fl_atomic_load_acquire_u32(failer_word(&r, 0)) == 0);
+    assert_rows(&r, 0, 0, 4, FL_ROW_FREE);
+    assert(fl_ring_find_rows(m, &slot, &st) == FL_OK && slot == 0 && st == q);
+    assert(sh_take(&r, 0, q, 6, UINT32_MAX, 1, &first) == 4);
+    assert(sh_done(&r, 0, q, 6, 0, 4) == 1);
+    assert(fl_ring_release(m, 0) == FL_OK);
+
+    /* (c) the same, not reopened: cancelled, and freed by a cancel */
+    assert(fl_ring_queue_shared(m, 0, 4, 0, 4) == FL_OK);
+    q = state_of(&r, 0);
+    assert(sh_take(&r, 0, q, 3, 1, 1, &first) == 1);
+    fl_atomic_store_release_u32(failer_word(&r, 0), TAKEN(3));
+    fl_atomic_store_release_u32(&fl_ring_slot(m, 0)->share, FL_SHARE_FAILING);
+    assert(sh_cancel(&r, 0) == 0); /* failing: not the parent's to cancel */
+    assert(fl_ring_reset_rows(m, 3, 0, &n) == FL_OK && n == 1);
+    assert(share_of(&r, 0) == FL_SHARE_CANCELLED && row_of(&r, 0, 1) == FL_ROW_CLOSED);
+    assert(sh_cancel(&r, 0) == 1);
+    ring_free(&r);
+}
+
 int main(int argc, char **argv) {
     static const fl_test_case tests[] = {
         FL_TEST(test_nbytes),
@@ -1641,6 +3152,20 @@ int main(int argc, char **argv) {
         FL_TEST(test_regression_seq_max),
         FL_TEST(test_regression_huge_timeout),
         FL_TEST(test_regression_slot_info_race),
+        FL_TEST(test_regression_giveback_wakes_settle),
+        FL_TEST(test_nbytes_rows),
+        FL_TEST(test_init_attach_rows),
+        FL_TEST(test_shared_basic_flow),
+        FL_TEST(test_shared_fail),
+        FL_TEST(test_shared_cancel),
+        FL_TEST(test_shared_dead_workers),
+        FL_TEST(test_shared_dead_failer),
+        FL_TEST(test_shared_stale_view),
+        FL_TEST(test_shared_given_rows_and_preference),
+        FL_TEST(test_shared_settle_wakes),
+        FL_TEST(test_shared_publish_wakes_wait),
+        FL_TEST(test_stress_shared),
+        FL_TEST(test_regression_death_inside_rows_fail),
     };
 #if FL_HAVE_FUTEX
     const char *suite = "test_ring";
