@@ -30,6 +30,8 @@ __all__ = ["worker_main"]
 
 #: How long one wait for work lasts before the worker re-checks its pipe and the stop flag.
 _CLAIM_TIMEOUT_S = 0.1
+#: A shared batch's rows are taken in pieces of at least this much loading time (fill_rows).
+_PIECE_S = 200e-6
 #: While a worker has work, how often it reads its pipe (a new loader's probe, an attach, a
 #: detach); idle workers read it as soon as a message rings the bell.
 _MAIL_INTERVAL_S = 0.002
@@ -167,6 +169,7 @@ class _Client:
         self.layout: Any = None
         self.slots: Any = None
         self.shared = False  # its batches are shared (NOTE [shared rows] in csrc/fl_ring.c)
+        self.row_s = 1.0  # seconds to load one row (a moving average): slow until measured
 
     def attach(self, layout: Any, nbytes: int, fd: int) -> None:
         from ._pack import Packer
@@ -281,7 +284,7 @@ class _Client:
         set_worker_info(self.info)
         ring, slots, filler = self.ring, self.slots, self.filler
         assert filler is not None
-        wid, divisor = self.worker.worker_id, 2 * self.worker.num_workers
+        wid, most = self.worker.worker_id, 2 * self.worker.num_workers
         info = ring.slot_info(slot)
         count = info["count"]
         if not 0 < count <= ring.max_rows:
@@ -290,17 +293,23 @@ class _Client:
         kept = filler.kept_rows(indices, seed, epoch)
         given = True  # rows given to this worker up front first: it loaded their samples
         while not ring.stopped:
-            got = ring.take_rows(slot, state, wid, -2 if given else kept.pop() if kept else -1,
-                                 divisor)
+            # Guided pieces (rows left / divisor), but none shorter than _PIECE_S of loading:
+            # fast samples go in few large pieces (a piece costs a few us of bookkeeping), slow
+            # ones down to single rows at the end of a batch.
+            divisor = max(1, min(most, int(count * self.row_s / _PIECE_S)))
+            which = -2 if given else kept.pop() if kept else -1
+            got = ring.take_rows(slot, state, wid, which, divisor)
             if got is None:
                 return  # not the batch that was read
             first, n = got
             if n == 0:
-                if given or kept:
-                    given = False
-                    continue
-                return
+                if which == -1:
+                    return  # no row left to take
+                given = given and which != -2
+                continue  # no (more) given row, or that kept one was taken by another
+            t0 = time.perf_counter()
             row, error = filler.fill_rows(self.packer, slot, indices, first, n, seed, epoch)
+            self.row_s += ((time.perf_counter() - t0) / n - self.row_s) / 4  # moving average
             if error is None:
                 if ring.rows_done(slot, state, wid, first, n):
                     return  # that was its last row: published

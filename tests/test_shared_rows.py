@@ -48,6 +48,16 @@ def test_idle_workers_load_rows_of_the_oldest_batch(share):
         assert all(len(_workers_of(b)) == 1 for b in batches), batches
 
 
+def test_every_worker_goes_on_with_the_first_batch_after_its_given_row():
+    # NOTE [first samples]: each worker packs the first-batch row it loaded at start, then takes
+    # more rows of that batch (a bug had it leave for the next batch after its given row)
+    with fastload.Loader(Who(32, 0.05), 8, num_workers=2, start_method="fork",
+                         timeout=30) as loader:
+        first = next(iter(loader)).copy()
+    per_worker = [int((first[:, 1] == w).sum()) for w in (0, 1)]
+    assert first[:, 0].tolist() == list(range(8)) and min(per_worker) >= 2, per_worker
+
+
 def test_shared_batches_equal_the_single_process_ones(start_method):
     ds = Range(103, (3,))
     kw = dict(batch_size=8, shuffle=True, seed=7)
