@@ -247,8 +247,7 @@ class BatchFiller:
         pack, objects = packer.pack, list[Any]()
         row, index = first, None
         try:
-            for row in range(first, first + n):
-                index = int(indices[row])
+            for row, index in enumerate(indices[first:first + n].tolist(), first):
                 ctx[2] = index
                 pack(slot, row, ds[index], objects)
         except BaseException as e:  # in a worker, as fill(): an error of the sample
