@@ -422,7 +422,11 @@ int fl_ring_slot_info(const void *mem, uint32_t slot, fl_slot_info *out) {
  * READY means every row is DONE, FAILED comes after settling, and a cancel waits for loaders. A
  * worker that saw an older state of the slot takes rows and then checks the state word and share
  * again (same generation, still ON), giving the rows back otherwise: it never loads a row of a
- * batch it did not read. */
+ * batch it did not read.
+ * The Python layer (fastload/_engine.py, _queue) shares the first batch of an epoch and its last
+ * 2 x num_workers, where workers would wait for one of them; the others are queued whole
+ * (fl_ring_queue), as the per-row CASes cost a batch of tiny samples ~5%. Workers claim whole
+ * batches first, then take rows (fastload/_worker.py). */
 
 FL_INLINE fl_atomic_u32 *meta_of(void *mem, uint32_t slot) {
     fl_header *h = hdr_of(mem);

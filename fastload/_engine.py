@@ -379,8 +379,9 @@ class Engine:
         newest = self.active_epoch
         if newest is not None and 2 * self.queued.get(newest, 0) >= plan.nbatches_of(newest):
             plan.prepare(newest + 1)  # shuffle the next epoch halfway through this one
-        if queued:  # shared batches: every idle worker may take rows of it
-            pool.bell.ring(slots.shared)
+        if queued:  # a shared batch: every idle worker may take rows of it
+            pool.bell.ring(slots.shared_queued)
+            slots.shared_queued = False
 
     def _left(self, e: int) -> bool:
         """Whether epoch ``e`` has batches not yet queued."""
@@ -415,9 +416,14 @@ class Engine:
             return False
         self.queued[e] = b + 1
         plan = self.plan
-        owners: list[int] = []
-        if self.given is not None and self.given[:2] == (e, b):
-            owners, self.given = self.given[2], None
+        owners: list[int] | None = None  # not shared
+        if self.slots.shared and (b == 0 or b >= plan.nbatches_of(e) - 2 * self.cfg.num_workers):
+            # NOTE [shared rows]: the first batch of an epoch and its last 2 x num_workers, where
+            # workers would otherwise wait for one of them; the others are claimed whole, as
+            # before (no per-row bookkeeping: a shared batch of tiny samples costs ~5% more)
+            owners = []
+            if self.given is not None and self.given[:2] == (e, b):
+                owners, self.given = self.given[2], None
         self.slots.queue(e, b, plan.batch(e, b), plan.seed, plan.target(e, b), owners)
         return True
 

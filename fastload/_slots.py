@@ -112,8 +112,9 @@ class SlotTable:
 
     def __init__(self, layout: BatchLayout, nslots: int, counters: dict[str, int],
                  shared: bool = False) -> None:
-        #: Batches are shared (NOTE [shared rows] in csrc/fl_ring.c): any worker takes rows.
+        #: Batches may be shared (NOTE [shared rows] in csrc/fl_ring.c): any worker takes rows.
         self.shared = shared
+        self.shared_queued = False  # since the engine last rang the bell
         max_rows = layout.batch_size if shared else 0
         ctl = _ring.control_nbytes_rows(nslots, max_rows)
         data_offset = -(-ctl // PAGE) * PAGE
@@ -145,13 +146,14 @@ class SlotTable:
 
     def queue(self, epoch: int, batch: int, indices: Any, seed: int,
               target: int | None = None, owners: list[int] | None = None) -> None:
-        """Queue batch ``batch`` of ``epoch`` for any worker, or for worker ``target`` only; a
-        shared batch with its first rows given to workers ``owners`` (NOTE [first samples])."""
+        """Queue batch ``batch`` of ``epoch`` for any worker, or for worker ``target`` only;
+        with ``owners`` (the table being shared), as a shared batch whose first rows are given
+        to workers ``owners`` (NOTE [first samples])."""
         slot = self.free.pop()
         self.map.write_task(slot, indices, seed)
-        if self.shared and target is None:
-            self.ring.queue_shared(slot, self.seq, epoch, len(indices),
-                                   (owners or [])[: len(indices)])
+        if self.shared and target is None and owners is not None:
+            self.ring.queue_shared(slot, self.seq, epoch, len(indices), owners[: len(indices)])
+            self.shared_queued = True
         else:
             self.ring.queue(slot, self.seq, epoch, len(indices), target)
         self.inflight.append(Task(self.seq, slot, epoch, batch, target))
