@@ -568,101 +568,55 @@ static int has_own_row(fl_atomic_u32 *rows, uint32_t count, uint32_t worker_id) 
     return 0;
 }
 
-/* Whether worker_id may claim the plain (not shared) QUEUED slot s whole (its target). */
-FL_INLINE int claimable(fl_slot_hdr *s, uint32_t worker_id) {
-    uint32_t t = fl_atomic_load_relaxed_u32(&s->target);
-    return worker_id < FL_MAX_WORKERS && (t == 0 || t == worker_id + 1);
-}
-
-/* The work fl_ring_find_work would pick (with_plain: plain slots too), without claiming it. */
-static uint32_t pick_work(void *mem, uint32_t worker_id, int with_plain, uint32_t *state_out) {
+int fl_ring_find_rows_for(void *mem, uint32_t worker_id, uint32_t *slot_out,
+                          uint32_t *state_out) {
+    if (mem == NULL || slot_out == NULL || state_out == NULL) return FL_EINVAL;
     fl_header *h = hdr_of(mem);
+    if (h->max_rows == 0) return FL_ETIMEOUT;
+    /* Preference: a batch with a row given to this worker; then one of the oldest epoch that
+     * nobody works on yet (so that each worker fills batches of its own while there are
+     * enough); then the oldest with rows left (helping: NOTE [shared rows]); then a batch of a
+     * later epoch (queued ahead) that nobody works on. The lowest seq within each. */
     fl_slot_hdr *slots = slots_of(mem);
     uint64_t oldest = UINT64_MAX; /* epoch (informative field, read racily: a preference) */
     for (uint32_t i = 0; i < h->nslots; i++) {
         uint32_t w = fl_atomic_load_acquire_u32(&slots[i].state);
-        if (FL_STATE_BITS(w) != FL_SLOT_QUEUED) continue;
-        uint32_t sh = fl_atomic_load_relaxed_u32(&slots[i].share);
-        if (sh == FL_SHARE_ON ||
-            (sh == FL_SHARE_OFF && with_plain && claimable(&slots[i], worker_id))) {
+        if (FL_STATE_BITS(w) == FL_SLOT_QUEUED &&
+            fl_atomic_load_relaxed_u32(&slots[i].share) == FL_SHARE_ON) {
             uint64_t e = fl_atomic_load_relaxed_u64(&slots[i].epoch);
             if (e < oldest) oldest = e;
         }
     }
-    uint32_t best = UINT32_MAX, best_rank = 4;
+    uint32_t best = UINT32_MAX, best_w = 0, best_rank = 4;
     uint64_t best_seq = UINT64_MAX;
     for (uint32_t i = 0; i < h->nslots; i++) {
         uint32_t w = fl_atomic_load_acquire_u32(&slots[i].state);
         if (FL_STATE_BITS(w) != FL_SLOT_QUEUED) continue;
-        uint32_t sh = fl_atomic_load_relaxed_u32(&slots[i].share);
+        if (fl_atomic_load_relaxed_u32(&slots[i].share) != FL_SHARE_ON) continue;
         uint64_t seq = fl_atomic_load_relaxed_u64(&slots[i].seq);
+        uint32_t count = fl_atomic_load_relaxed_u32(&slots[i].count);
+        if (count == 0 || count > h->max_rows) continue;
+        fl_atomic_u32 *meta = meta_of(mem, i), *rows = meta + FL_META_WORDS;
         uint32_t rank;
-        if (sh == FL_SHARE_OFF) {
-            if (!with_plain || !claimable(&slots[i], worker_id)) continue;
+        if (has_own_row(rows, count, worker_id))
+            rank = 0;
+        else if (first_free(rows, count, fl_atomic_load_relaxed_u32(&meta[FL_META_HINT])) ==
+                 count)
+            continue;
+        else if (!untouched(rows, count))
+            rank = 2;
+        else
             rank = fl_atomic_load_relaxed_u64(&slots[i].epoch) == oldest ? 1 : 3;
-        } else {
-            if (sh != FL_SHARE_ON || h->max_rows == 0) continue;
-            uint32_t count = fl_atomic_load_relaxed_u32(&slots[i].count);
-            if (count == 0 || count > h->max_rows) continue;
-            fl_atomic_u32 *meta = meta_of(mem, i), *rows = meta + FL_META_WORDS;
-            if (has_own_row(rows, count, worker_id))
-                rank = 0;
-            else if (first_free(rows, count, fl_atomic_load_relaxed_u32(&meta[FL_META_HINT])) ==
-                     count)
-                continue;
-            else if (!untouched(rows, count))
-                rank = 2;
-            else
-                rank = fl_atomic_load_relaxed_u64(&slots[i].epoch) == oldest ? 1 : 3;
-        }
         if (rank > best_rank || (rank == best_rank && seq >= best_seq)) continue;
         best = i;
-        *state_out = w;
+        best_w = w;
         best_seq = seq;
         best_rank = rank;
     }
-    return best;
-}
-
-int fl_ring_find_rows_for(void *mem, uint32_t worker_id, uint32_t *slot_out,
-                          uint32_t *state_out) {
-    if (mem == NULL || slot_out == NULL || state_out == NULL) return FL_EINVAL;
-    if (hdr_of(mem)->max_rows == 0) return FL_ETIMEOUT;
-    uint32_t w = 0, best = pick_work(mem, worker_id, 0, &w);
     if (best == UINT32_MAX) return FL_ETIMEOUT;
     *slot_out = best;
-    *state_out = w;
+    *state_out = best_w;
     return FL_OK;
-}
-
-int fl_ring_find_work(void *mem, uint32_t worker_id, uint32_t *slot_out, uint32_t *state_out,
-                      int *whole_out) {
-    if (mem == NULL || slot_out == NULL || state_out == NULL || whole_out == NULL ||
-        worker_id >= FL_MAX_WORKERS)
-        return FL_EINVAL;
-    fl_header *h = hdr_of(mem);
-    for (;;) {
-        if (fl_atomic_load_acquire_u32(&h->stop)) return FL_ESTOPPED;
-        uint32_t w = 0, best = pick_work(mem, worker_id, 1, &w);
-        if (best == UINT32_MAX) return FL_ETIMEOUT;
-        fl_slot_hdr *s = &slots_of(mem)[best];
-        if (fl_atomic_load_relaxed_u32(&s->share) != FL_SHARE_OFF) {
-            *slot_out = best;
-            *state_out = w;
-            *whole_out = 0;
-            return FL_OK;
-        }
-        uint32_t want = FL_MAKE_STATE(FL_GEN_BITS(w), worker_id, FL_SLOT_CLAIMED);
-        uint32_t expected = w;
-        if (fl_atomic_cas_acq_rel_u32(&s->state, &expected, want)) {
-            fl_atomic_fetch_add_relaxed_u64(&h->n_claimed, 1);
-            *slot_out = best;
-            *state_out = want;
-            *whole_out = 1;
-            return FL_OK;
-        }
-        /* Lost the race for that slot (another worker, or the parent cancelled it): again. */
-    }
 }
 
 int fl_ring_take_rows(void *mem, uint32_t slot, uint32_t state, uint32_t worker_id,

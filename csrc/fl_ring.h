@@ -121,15 +121,6 @@ int fl_ring_find_rows(void *mem, uint32_t *slot_out, uint32_t *state_out);
 int fl_ring_find_rows_for(void *mem, uint32_t worker_id, uint32_t *slot_out,
                           uint32_t *state_out);
 
-/* [worker] The next work for worker_id among shared batches and plain slots (never waits), in
- * fl_ring_find_rows_for's order with a plain slot it may claim counted as a batch nobody has
- * begun: a plain slot is claimed whole (*whole_out = 1, *state_out its CLAIMED word, for
- * fl_ring_publish), a shared one is not (*whole_out = 0, *state_out for fl_ring_take_rows).
- * So a worker never starts a plain batch of the next epoch while this epoch's last (shared)
- * batches wait. FL_ETIMEOUT if there is none, FL_ESTOPPED once stopped. */
-int fl_ring_find_work(void *mem, uint32_t worker_id, uint32_t *slot_out, uint32_t *state_out,
-                      int *whole_out);
-
 /* [worker] Take FREE rows of a shared batch: `row` exactly (*n_out 0 or 1), or with
  * row == FL_TAKE_PIECE up to max(1, rows left / divisor) consecutive FREE rows from the first FREE
  * one (guided scheduling: big pieces first, single rows at the end), or with FL_TAKE_GIVEN one

@@ -99,8 +99,6 @@ cdef extern from "fl_ring.h" nogil:
                                 uint32_t count, const uint32_t *owners, uint32_t nowners)
     int fl_ring_find_rows_for(void *mem, uint32_t worker_id, uint32_t *slot_out,
                               uint32_t *state_out)
-    int fl_ring_find_work(void *mem, uint32_t worker_id, uint32_t *slot_out, uint32_t *state_out,
-                          int *whole_out)
     int fl_ring_take_rows(void *mem, uint32_t slot, uint32_t state, uint32_t worker_id,
                           uint32_t row, uint32_t divisor, uint32_t *first_out, uint32_t *n_out)
     int fl_ring_rows_done(void *mem, uint32_t slot, uint32_t state, uint32_t worker_id,

@@ -247,21 +247,6 @@ cdef class RingIndex(_Mapped):
             return -1, 0
         return slot, state
 
-    def find_work(self, uint32_t worker_id):
-        """[worker] ``(slot, state, whole)``: a plain slot claimed whole (``whole``), or a
-        shared batch to take rows of; ``(-1, 0, False)`` if none, ``(-2, 0, False)`` once
-        stopped."""
-        cdef void *m = self._m()
-        cdef uint32_t slot = 0, state = 0
-        cdef int whole = 0
-        cdef int rc = fl_ring_find_work(m, worker_id, &slot, &state, &whole)
-        if rc == FL_ETIMEOUT:
-            return -1, 0, False
-        if rc == FL_ESTOPPED:
-            return -2, 0, False
-        _check(rc, f"worker {worker_id} looking for work")
-        return slot, state, bool(whole)
-
     def take_rows(self, long long slot, uint32_t state, uint32_t worker_id, long long row,
                   uint32_t divisor):
         """[worker] ``(first, n)``: rows taken, ``row`` exactly (``row >= 0``), a guided

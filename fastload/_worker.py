@@ -407,12 +407,18 @@ class _Worker:
             closing = []
             for k in range(n):
                 client = active[(self.next + k) % n]
+                # NOTE [shared rows] (csrc/fl_ring.c): a batch claimed whole first, then rows
+                # of a shared one; rows given to this worker (NOTE [first samples]) before all
+                rows_first = client.shared and bool(client.filler.warm)
+                slot, state = (-1, 0) if rows_first else client.ring.claim(self.worker_id, 0.0)
                 rows = False
-                if client.shared:  # NOTE [shared rows] (csrc/fl_ring.c): batches claimed
-                    slot, state, whole = client.ring.find_work(self.worker_id)  # whole, or rows
-                    rows = slot >= 0 and not whole
-                else:
-                    slot, state = client.ring.claim(self.worker_id, 0.0)
+                if slot == -1 and client.shared:
+                    slot, state = client.ring.find_rows(self.worker_id)
+                    rows = slot >= 0
+                    if slot < 0 and client.ring.stopped:
+                        slot = -2
+                    elif slot < 0 and rows_first:
+                        slot, state = client.ring.claim(self.worker_id, 0.0)
                 if slot >= 0:
                     self.next = (self.next + k + 1) % n  # the next scan starts past this ring
                     if rows:

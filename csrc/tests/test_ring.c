@@ -2398,42 +2398,6 @@ static void test_shared_given_rows_and_preference(void) {
     ring_free(&r);
 }
 
-/* fl_ring_find_work: plain slots and shared batches in one order (a plain batch of the next
- * epoch never goes before this epoch's shared batches), plain ones claimed whole. */
-static void test_find_work_orders_plain_and_shared(void) {
-    ring r = ring_new_rows(6, 16 * 8, 8);
-    void *m = r.mem;
-    uint32_t slot = 99, st = 0, first = 0;
-    int whole = 7;
-    assert(fl_ring_find_work(m, 0, &slot, &st, &whole) == FL_ETIMEOUT);
-    assert(fl_ring_queue(m, 0, 20, 1, 4) == FL_OK);        /* plain, next epoch */
-    assert(fl_ring_queue_shared(m, 1, 11, 0, 4) == FL_OK); /* shared, this epoch */
-    assert(fl_ring_queue(m, 2, 10, 0, 4) == FL_OK);        /* plain, this epoch, oldest */
-    /* the oldest of this epoch's batches nobody has begun: the plain one, claimed whole */
-    assert(fl_ring_find_work(m, 1, &slot, &st, &whole) == FL_OK && slot == 2 && whole == 1);
-    assert(st == FL_MAKE_STATE(1, 1, FL_SLOT_CLAIMED) && state_of(&r, 2) == st);
-    /* then the shared one (rows, not claimed), before the next epoch's plain batch */
-    const uint32_t q1 = state_of(&r, 1);
-    assert(fl_ring_find_work(m, 2, &slot, &st, &whole) == FL_OK && slot == 1 && whole == 0);
-    assert(st == q1 && state_of(&r, 1) == q1);
-    assert(sh_take(&r, 1, q1, 2, FL_TAKE_PIECE, 4, &first) == 1 && first == 0);
-    /* begun: helping it comes before the next epoch's plain batch */
-    assert(fl_ring_find_work(m, 3, &slot, &st, &whole) == FL_OK && slot == 1 && whole == 0);
-    assert(sh_take(&r, 1, q1, 3, FL_TAKE_PIECE, 1, &first) == 3 && first == 1);
-    /* nothing left to take there: the next epoch's plain batch */
-    assert(fl_ring_find_work(m, 3, &slot, &st, &whole) == FL_OK && slot == 0 && whole == 1);
-    assert(fl_ring_find_work(m, 3, &slot, &st, &whole) == FL_ETIMEOUT);
-    /* a slot targeted at another worker is not claimable; stop is said */
-    assert(fl_ring_queue_to(m, 3, 30, 1, 2, 5) == FL_OK);
-    assert(fl_ring_find_work(m, 4, &slot, &st, &whole) == FL_ETIMEOUT);
-    assert(fl_ring_find_work(m, 5, &slot, &st, &whole) == FL_OK && slot == 3 && whole == 1);
-    assert(fl_ring_find_work(m, FL_MAX_WORKERS, &slot, &st, &whole) == FL_EINVAL);
-    assert(fl_ring_find_work(m, 1, &slot, &st, NULL) == FL_EINVAL);
-    assert(fl_ring_stop(m) == FL_OK);
-    assert(fl_ring_find_work(m, 1, &slot, &st, &whole) == FL_ESTOPPED);
-    ring_free(&r);
-}
-
 static void test_shared_stale_view(void) {
     ring r = ring_new_rows(2, 64, 8);
     void *m = r.mem;
@@ -3198,7 +3162,6 @@ int main(int argc, char **argv) {
         FL_TEST(test_shared_dead_failer),
         FL_TEST(test_shared_stale_view),
         FL_TEST(test_shared_given_rows_and_preference),
-        FL_TEST(test_find_work_orders_plain_and_shared),
         FL_TEST(test_shared_settle_wakes),
         FL_TEST(test_shared_publish_wakes_wait),
         FL_TEST(test_stress_shared),
