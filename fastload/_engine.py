@@ -417,10 +417,13 @@ class Engine:
         self.queued[e] = b + 1
         plan = self.plan
         owners: list[int] | None = None  # not shared
-        if self.slots.shared and (b == 0 or b >= plan.nbatches_of(e) - 2 * self.cfg.num_workers):
+        tail = b >= plan.nbatches_of(e) - 2 * self.cfg.num_workers
+        if self.slots.shared and (b == 0 or tail or e not in self.live):
             # NOTE [shared rows]: the first batch of an epoch and its last 2 x num_workers, where
-            # workers would otherwise wait for one of them; the others are claimed whole, as
-            # before (no per-row bookkeeping: a shared batch of tiny samples costs ~5% more)
+            # workers would otherwise wait for one of them, and those queued ahead for the next
+            # pass (workers claim whole batches first: a next epoch's batch claimed whole would
+            # go before this epoch's shared last ones); the others are claimed whole, as before
+            # (no per-row bookkeeping: a shared batch of tiny samples costs ~5% more)
             owners = []
             if self.given is not None and self.given[:2] == (e, b):
                 owners, self.given = self.given[2], None

@@ -30,8 +30,11 @@ __all__ = ["worker_main"]
 
 #: How long one wait for work lasts before the worker re-checks its pipe and the stop flag.
 _CLAIM_TIMEOUT_S = 0.1
-#: A shared batch's rows are taken in pieces of at least this much loading time (fill_rows).
+#: A shared batch's rows are taken in pieces of at least this much loading time (fill_rows),
+#: and a batch quicker than _SHARE_MIN_S to load is taken whole (what idle workers could save
+#: on it is less than the per-piece bookkeeping costs).
 _PIECE_S = 200e-6
+_SHARE_MIN_S = 20e-3
 #: While a worker has work, how often it reads its pipe (a new loader's probe, an attach, a
 #: detach); idle workers read it as soon as a message rings the bell.
 _MAIL_INTERVAL_S = 0.002
@@ -228,10 +231,13 @@ class _Client:
         assert self.filler is not None
         info = ring.slot_info(slot)
         indices = slots.indices(slot, info["count"])
+        t0 = time.perf_counter()
         image, error = self.filler.fill(
             self.packer, self.layout, slot, indices, slots.seed(slot), info["epoch"], ring,
             self.pid,
         )
+        if self.shared and len(indices):  # how long a row takes (fill_rows' pieces)
+            self.row_s += ((time.perf_counter() - t0) / len(indices) - self.row_s) / 4
         if error is not None:
             if ring.publish(slot, state, False):
                 self.worker.conn.send(m.BatchFailed(self.cid, slot, info["seq"], error))
@@ -297,6 +303,8 @@ class _Client:
             # fast samples go in few large pieces (a piece costs a few us of bookkeeping), slow
             # ones down to single rows at the end of a batch.
             divisor = max(1, min(most, int(count * self.row_s / _PIECE_S)))
+            if count * self.row_s < _SHARE_MIN_S:
+                divisor = 1  # a quick batch: sharing it would save less than it costs
             which = -2 if given else kept.pop() if kept else -1
             got = ring.take_rows(slot, state, wid, which, divisor)
             if got is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -17,8 +18,9 @@ class SoakData:
       fit the slot's variable area (sized from sample 0) and travels in a memfd;
     * ragged: {"tokens": int32 of length i % 23, "label": i} - ragged="packed";
     * unstacked: a structure that changes with the index - stack=False;
-    * shared: (float32 (8,), int64) - fixed-shape leaves only: with 2 workers or more its
-      batches are shared, each loaded row by row by any worker (NOTE [shared rows]).
+    * shared: (float32 (8,), int64), 6 ms each - fixed-shape leaves only: with 2 workers or
+      more its first and last batches are shared, loaded in pieces by any worker (NOTE
+      [shared rows]; a batch quicker than 20 ms to load is taken whole).
     """
 
     def __init__(self, n: int, kind: str) -> None:
@@ -31,7 +33,8 @@ class SoakData:
         kind = self.kind
         if kind == "fixed":
             return np.arange(8, dtype=np.float32) + i, i, "s" * (i % 13)
-        if kind == "shared":
+        if kind == "shared":  # slow enough that workers share its batches in pieces
+            time.sleep(0.006)
             return np.arange(8, dtype=np.float32) + i, np.int64(i)
         if kind == "spill":
             return np.full(4, i, np.int64), bytes([i % 256]) * (200_000 if i % 5 == 0 and i else 8)
