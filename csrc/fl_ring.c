@@ -119,6 +119,27 @@ int fl_ring_queue(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32
     return fl_ring_queue_to(mem, slot, seq, epoch, count, FL_TARGET_ANY);
 }
 
+/* FREE (state word w) -> QUEUED: the task's fields, then the release store of the state word
+ * that publishes them, then a wake-up of `wake` sleeping workers (-1: all). Fields are atomic:
+ * workers read count, epoch, seq, target and share on slots they have not claimed. */
+static void queue_task(fl_header *h, fl_slot_hdr *s, uint32_t w, uint64_t seq, uint64_t epoch,
+                       uint32_t count, uint32_t target_word, uint32_t share, int wake) {
+    fl_atomic_store_release_u32(&s->count, count); /* after the slot left its old state */
+    fl_atomic_store_relaxed_u64(&s->epoch, epoch);
+    fl_atomic_store_relaxed_u32(&s->target, target_word);
+    fl_atomic_store_relaxed_u32(&s->rows, count);
+    fl_atomic_store_relaxed_u32(&s->flags, 0);
+    fl_atomic_store_relaxed_u64(&s->var_bytes, 0);
+    fl_atomic_store_relaxed_u64(&s->seq, seq);
+    fl_atomic_store_relaxed_u64(&s->progress, 0);
+    fl_atomic_store_relaxed_u32(&s->pid, 0);
+    fl_atomic_store_relaxed_u32(&s->share, share);
+    fl_atomic_store_release_u32(&s->state, FL_MAKE_STATE(FL_GEN_BITS(w) + 1, 0, FL_SLOT_QUEUED));
+    fl_atomic_fetch_add_relaxed_u64(&h->n_queued, 1);
+    fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
+    fl_wake_if_waiting(&h->queued_counter, &h->task_waiters, wake, &h->n_futex_wakes);
+}
+
 int fl_ring_queue_to(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32_t count,
                      uint32_t target) {
     fl_slot_hdr *s = fl_ring_slot(mem, slot);
@@ -126,23 +147,8 @@ int fl_ring_queue_to(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uin
     fl_header *h = hdr_of(mem);
     uint32_t w = fl_atomic_load_acquire_u32(&s->state);
     if (FL_STATE_BITS(w) != FL_SLOT_FREE) return FL_ESTATE;
-    /* Plain fields are published by the release store of the state word below; seq is atomic
-     * because claimers scan it on slots they do not own. */
-    fl_atomic_store_release_u32(&s->count, count); /* atomic: workers read it (shared_slot) */
-    fl_atomic_store_relaxed_u64(&s->epoch, epoch);
-    fl_atomic_store_relaxed_u32(&s->target, target == FL_TARGET_ANY ? 0 : target + 1);
-    fl_atomic_store_relaxed_u32(&s->rows, count);
-    fl_atomic_store_relaxed_u32(&s->flags, 0);
-    fl_atomic_store_relaxed_u64(&s->var_bytes, 0);
-    fl_atomic_store_relaxed_u64(&s->seq, seq);
-    fl_atomic_store_relaxed_u64(&s->progress, 0);
-    fl_atomic_store_relaxed_u32(&s->pid, 0);
-    fl_atomic_store_relaxed_u32(&s->share, FL_SHARE_OFF);
-    fl_atomic_store_release_u32(&s->state, FL_MAKE_STATE(FL_GEN_BITS(w) + 1, 0, FL_SLOT_QUEUED));
-    fl_atomic_fetch_add_relaxed_u64(&h->n_queued, 1);
-    fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
-    fl_wake_if_waiting(&h->queued_counter, &h->task_waiters, target == FL_TARGET_ANY ? 1 : -1,
-                       &h->n_futex_wakes);
+    queue_task(h, s, w, seq, epoch, count, target == FL_TARGET_ANY ? 0 : target + 1,
+               FL_SHARE_OFF, target == FL_TARGET_ANY ? 1 : -1);
     return FL_OK;
 }
 
@@ -423,10 +429,11 @@ int fl_ring_slot_info(const void *mem, uint32_t slot, fl_slot_info *out) {
  * worker that saw an older state of the slot takes rows and then checks the state word and share
  * again (same generation, still ON), giving the rows back otherwise: it never loads a row of a
  * batch it did not read.
- * The Python layer (fastload/_engine.py, _queue) shares the first batch of an epoch and its last
- * 2 x num_workers, where workers would wait for one of them; the others are queued whole
- * (fl_ring_queue), as the per-row CASes cost a batch of tiny samples ~5%. Workers claim whole
- * batches first, then take rows (fastload/_worker.py). */
+ * The Python layer (fastload/_engine.py, _queue) shares the first batch of an epoch, its last
+ * 2 x num_workers (where workers would wait for one of them) and the batches queued ahead for
+ * the next pass; the others are queued whole (fl_ring_queue), as the per-row CASes cost a batch
+ * of tiny samples ~5%. Workers claim whole batches first, then take rows, and take a batch
+ * quicker than 20 ms to load in one piece (fastload/_worker.py). */
 
 FL_INLINE fl_atomic_u32 *meta_of(void *mem, uint32_t slot) {
     fl_header *h = hdr_of(mem);
@@ -520,20 +527,7 @@ int fl_ring_queue_shared_to(void *mem, uint32_t slot, uint64_t seq, uint64_t epo
     }
     fl_atomic_store_relaxed_u32(&meta[FL_META_HINT], 0);
     fl_atomic_store_relaxed_u32(&meta[FL_META_FAILER], 0);
-    fl_atomic_store_release_u32(&s->count, count); /* after the slot left its old state */
-    fl_atomic_store_relaxed_u64(&s->epoch, epoch); /* a worker's slot_info may read it */
-    fl_atomic_store_relaxed_u32(&s->target, 0);
-    fl_atomic_store_relaxed_u32(&s->rows, count);
-    fl_atomic_store_relaxed_u32(&s->flags, 0);
-    fl_atomic_store_relaxed_u64(&s->var_bytes, 0);
-    fl_atomic_store_relaxed_u64(&s->seq, seq);
-    fl_atomic_store_relaxed_u64(&s->progress, 0);
-    fl_atomic_store_relaxed_u32(&s->pid, 0);
-    fl_atomic_store_relaxed_u32(&s->share, FL_SHARE_ON);
-    fl_atomic_store_release_u32(&s->state, FL_MAKE_STATE(FL_GEN_BITS(w) + 1, 0, FL_SLOT_QUEUED));
-    fl_atomic_fetch_add_relaxed_u64(&h->n_queued, 1);
-    fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
-    fl_wake_if_waiting(&h->queued_counter, &h->task_waiters, -1, &h->n_futex_wakes);
+    queue_task(h, s, w, seq, epoch, count, 0, FL_SHARE_ON, -1);
     return FL_OK;
 }
 

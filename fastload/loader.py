@@ -254,8 +254,10 @@ class Loader:
     share_rows : bool
         Let idle workers load the remaining samples of the oldest unfinished batch, so the
         first batch and the last ones of an epoch do not wait for one worker while the others
-        idle (default True): the first batch of each epoch and its last ``2 * num_workers``
-        are shared, the others are each loaded by one worker. It applies to map-style datasets
+        idle (default True): the first batch of each epoch, its last ``2 * num_workers`` and
+        those loaded ahead for the next epoch are shared (a batch that takes less than 20 ms
+        to load is still taken whole by one worker), the others are each loaded by one
+        worker. It applies to map-style datasets
         loaded one ``__getitem__`` at a time into fixed-shape batches (no ``__getitems__``,
         ragged or object leaves, or ``on_error="skip"``), with two workers or more; the
         batches are the same either way, only which worker loads which sample changes
