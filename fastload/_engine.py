@@ -74,7 +74,7 @@ from ._mailbox import Mailbox
 from ._memory import MemoryWatch
 from ._pool import Pool, WorkerPool, default_start_method
 from ._share import Sharing, share_dataset, unshared
-from ._slots import SlotTable
+from ._slots import SlotTable, may_share, shared_batch
 from ._stream import plan_of
 from ._wait import POLL_INTERVAL_S, Deadline
 from .errors import LoaderClosedError
@@ -124,9 +124,7 @@ class Engine:
         self.given: tuple[int, int, list[int]] | None = None  # (epoch, batch, row -> worker)
         #: Whether batches may be shared (NOTE [shared rows] in csrc/fl_ring.c): they are if,
         #: besides, the layout is all fixed-shape arrays (_setup_region).
-        self.share = (cfg.share_rows and cfg.num_workers > 1 and not self.plan.iterable
-                      and cfg.on_error != "skip" and self.plan.rows <= _ring.MAX_SHARED_ROWS
-                      and _loads_one_by_one(dataset))
+        self.share = may_share(cfg, self.plan, dataset)
         self._last_check = time.monotonic()
         self.filler = filler_for(dataset, None, 0) if cfg.num_workers == 0 else None
         if self.filler is not None:
@@ -417,13 +415,8 @@ class Engine:
         self.queued[e] = b + 1
         plan = self.plan
         owners: list[int] | None = None  # not shared
-        tail = b >= plan.nbatches_of(e) - 2 * self.cfg.num_workers
-        if self.slots.shared and (b == 0 or tail or e not in self.live):
-            # NOTE [shared rows]: the first batch of an epoch and its last 2 x num_workers, where
-            # workers would otherwise wait for one of them, and those queued ahead for the next
-            # pass (workers claim whole batches first: a next epoch's batch claimed whole would
-            # go before this epoch's shared last ones); the others are claimed whole, as before
-            # (no per-row bookkeeping: a shared batch of tiny samples costs ~5% more)
+        if self.slots.shared and shared_batch(b, plan.nbatches_of(e), self.cfg.num_workers,
+                                              ahead=e not in self.live):
             owners = []
             if self.given is not None and self.given[:2] == (e, b):
                 owners, self.given = self.given[2], None
@@ -658,10 +651,3 @@ class Engine:
         out["skipped"], out["skipped_total"] = list(self.skipped), self.skipped_total
         return out
 
-
-def _loads_one_by_one(dataset: Any) -> bool:
-    """Whether workers load ``dataset``'s samples one ``__getitem__`` at a time (not a whole
-    batch at once through ``__getitems__`` or a gather in C), so that they can share a batch."""
-    return (getattr(dataset, "__getitems__", None) is None
-            and not callable(getattr(dataset, "_fastload_columns", None))
-            and getattr(dataset, "_fastload_pieces", None) is None)

@@ -236,8 +236,8 @@ class _Client:
             self.packer, self.layout, slot, indices, slots.seed(slot), info["epoch"], ring,
             self.pid,
         )
-        if self.shared and len(indices):  # how long a row takes (fill_rows' pieces)
-            self.row_s += ((time.perf_counter() - t0) / len(indices) - self.row_s) / 4
+        if self.shared:  # how long a row takes, for the pieces of shared batches
+            self._timed(t0, len(indices))
         if error is not None:
             if ring.publish(slot, state, False):
                 self.worker.conn.send(m.BatchFailed(self.cid, slot, info["seq"], error))
@@ -290,7 +290,7 @@ class _Client:
         set_worker_info(self.info)
         ring, slots, filler = self.ring, self.slots, self.filler
         assert filler is not None
-        wid, most = self.worker.worker_id, 2 * self.worker.num_workers
+        wid = self.worker.worker_id
         info = ring.slot_info(slot)
         count = info["count"]
         if not 0 < count <= ring.max_rows:
@@ -299,14 +299,8 @@ class _Client:
         kept = filler.kept_rows(indices, seed, epoch)
         given = True  # rows given to this worker up front first: it loaded their samples
         while not ring.stopped:
-            # Guided pieces (rows left / divisor), but none shorter than _PIECE_S of loading:
-            # fast samples go in few large pieces (a piece costs a few us of bookkeeping), slow
-            # ones down to single rows at the end of a batch.
-            divisor = max(1, min(most, int(count * self.row_s / _PIECE_S)))
-            if count * self.row_s < _SHARE_MIN_S:
-                divisor = 1  # a quick batch: sharing it would save less than it costs
             which = -2 if given else kept.pop() if kept else -1
-            got = ring.take_rows(slot, state, wid, which, divisor)
+            got = ring.take_rows(slot, state, wid, which, self._divisor(count))
             if got is None:
                 return  # not the batch that was read
             first, n = got
@@ -317,7 +311,7 @@ class _Client:
                 continue  # no (more) given row, or that kept one was taken by another
             t0 = time.perf_counter()
             row, error = filler.fill_rows(self.packer, slot, indices, first, n, seed, epoch)
-            self.row_s += ((time.perf_counter() - t0) / n - self.row_s) / 4  # moving average
+            self._timed(t0, n)
             if error is None:
                 if ring.rows_done(slot, state, wid, first, n):
                     return  # that was its last row: published
@@ -327,6 +321,20 @@ class _Client:
             if ring.rows_fail(slot, state, wid, row, first + n):
                 self._fail_rows(slot, state, info["seq"], indices, row, error, seed, epoch)
             return
+
+    def _timed(self, t0: float, rows: int) -> None:
+        """``rows`` were loaded since ``t0``: the moving average of a row's time."""
+        if rows:
+            self.row_s += ((time.perf_counter() - t0) / rows - self.row_s) / 4
+
+    def _divisor(self, count: int) -> int:
+        """take_rows' divisor for a batch of ``count`` rows: guided pieces (rows left /
+        divisor, at most 2 x num_workers pieces of what is left), none shorter than _PIECE_S of
+        loading (a piece costs a few us of bookkeeping), and a batch quicker than _SHARE_MIN_S
+        taken whole (sharing it would save less than it costs)."""
+        if count * self.row_s < _SHARE_MIN_S:
+            return 1
+        return max(1, min(2 * self.worker.num_workers, int(count * self.row_s / _PIECE_S)))
 
     def _fail_rows(self, slot: int, state: int, seq: int, indices: Any, row: int,
                    error: bytes, seed: int, epoch: int) -> None:
