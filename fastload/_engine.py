@@ -29,23 +29,16 @@ Otherwise they are the first samples of the next batches, and a kept sample pack
 claimed by another worker is loaded again there (the ring hands batches to whichever worker is
 free): at most ``num_workers - 1`` samples, once.
 
-NOTE [several passes]
-Every ``iter(loader)`` is a pass over its own epoch (0, 1, ... in the order they were started),
-and several may be live at once (``zip(dl, dl)``, one loader for training and validation), as
-with torch's DataLoader: each has its own position (``live``: epoch -> batches delivered) and
-its own tasks in the ring, all served by the same workers. ``queued`` says how far each epoch
-is queued; a live epoch's tasks in flight are exactly its batches [delivered, queued), in order.
-The queue is shared fairly: the live epoch with the fewest tasks in flight is topped up first,
-and a pass waiting for a batch that is not queued gets a slot even past the prefetch depth (a
-free one, or the newest task of the epoch with the most in flight, which re-queues it later),
-so no pass can starve another. When every live epoch is queued to its end, the queue runs one
-epoch ahead (the next ``iter()``'s). A pass whose iterator is dropped unfinished (``break``, the
-iterator garbage-collected) is ended at the engine's next step (``abandoned``), freeing its
-slots. ``state_dict()`` describes the oldest live pass, or, if none is live, the newest pass
-if it was left unfinished (``for ...: break`` then ``state_dict()`` resumes after the break).
-A plain iterable's workers iterate one pass at a time (each worker's replica has one
-iterator), so there a new ``iter()`` supersedes the live pass, as does ``load_state_dict``
-for every pass.
+NOTE [queueing passes]
+The passes themselves (live, stopped, superseded, the resume state) are NOTE [several passes]
+in _passes.py. Each live pass has its own tasks in the ring, all served by the same workers.
+``queued`` says how far each epoch is queued; a live epoch's tasks in flight are exactly its
+batches [position, queued), in order. The queue is shared fairly: the live epoch with the fewest
+tasks in flight is topped up first, and a pass waiting for a batch that is not queued gets a
+slot even past the prefetch depth (a free one, or the newest task of the epoch with the most in
+flight, which re-queues it later), so no pass can starve another. When every live epoch is
+queued to its end, the queue runs one epoch ahead (the next ``iter()``'s). A pass whose iterator
+is dropped unfinished is ended at the engine's next step, freeing its slots.
 
 NOTE [errors do not end the epoch]
 A batch whose samples raised (in a worker: its slot is FAILED; in the main process: the fill
@@ -53,7 +46,9 @@ raised an ``Exception``; the probe: its first sample raised) counts as consumed 
 is raised, so the next ``next()`` on the same iterator goes on with the next batch, as torch's
 iterator does (users catch per batch and go on). Anything else that ends a ``next()`` with an
 error (a timeout, a death in "raise" mode, Ctrl+C, a closed loader) leaves ``consumed``
-unchanged and drops the rest of the epoch, as before.
+unchanged and stops the pass (the rest of its epoch is dropped; ``state_dict()`` resumes at
+the batch it did not deliver: NOTE [resume state] in _passes.py). With num_workers=0 an
+``Exception`` raised while a sample loads is that sample's error, whatever raised it.
 """
 
 from __future__ import annotations
@@ -72,12 +67,13 @@ from ._deaths import DeathPolicy
 from ._iterable import filler_for
 from ._mailbox import Mailbox
 from ._memory import MemoryWatch
+from ._passes import Pass, Passes
 from ._pool import Pool, WorkerPool, default_start_method
 from ._share import Sharing, share_dataset, unshared
 from ._slots import SlotTable, may_share, shared_batch
 from ._stream import plan_of
 from ._wait import POLL_INTERVAL_S, Deadline
-from .errors import LoaderClosedError
+from .errors import LoaderClosedError, WorkerDied
 from .layout import BatchLayout
 
 __all__ = ["Engine"]
@@ -86,6 +82,18 @@ _client_ids = itertools.count()
 log = logging.getLogger("fastload")
 _ENDED = object()  # a plain iterable's epoch ended (NOTE [iterable datasets])
 _LOGGED_SKIPS = 10  # on_error="skip": replacements logged one by one, per loader
+
+
+def _undeliverable(epoch: int, b: int, indices: Any, worker: int, pid: int) -> str:
+    """What to add to the error of a batch that loaded but cannot be read in the main process
+    (an object leaf whose class the workers can import and the main process cannot)."""
+    import reprlib
+
+    return (f"fastload: batch {b} of epoch {epoch} (sample indices "
+            f"{reprlib.repr([int(i) for i in indices])}), loaded by worker {worker} (pid {pid}), "
+            "could not be read in the main process: an object in one of its samples does not "
+            "unpickle here (a class the workers can import but this process cannot? define it "
+            "in a module both can import). The batch is skipped; the next next() goes on")
 
 
 class Engine:
@@ -99,25 +107,16 @@ class Engine:
         self.dataset = dataset
         self.n = n
         self.plan = plan_of(dataset, n, cfg)
-        self.live: dict[int, int] = {}  # NOTE [several passes]: epoch -> batches delivered
+        self.passes = Passes()  # NOTE [several passes] (_passes.py)
         self.queued: dict[int, int] = {}  # epoch -> its next batch to queue
-        self.plan.keep = self.live  # a live epoch's batches are never forgotten by the plan
-        self.abandoned: deque[tuple[int, int]] = deque()  # (epoch, pass) of dropped iterators
-        self.lost: dict[int, BaseException] = {}  # a live epoch's batch a death abandoned
-        self.left: tuple[int, int] | None = None  # (epoch, position) of a pass left unfinished
+        self.plan.keep = self.passes.live  # a live epoch's batches are never forgotten
         self.deaths = DeathPolicy(cfg.on_worker_death)
         self.closed, self.closed_reason = False, ""
         self.layout: BatchLayout | None = None
         self.slots: SlotTable | None = None  # the shared region, once the layout is known
-        self.next_epoch = 0
-        self.superseded: dict[int, str] = {}  # passes ended by another call: why
-        self.passes: dict[int, int] = {}  # live epoch -> its pass (an epoch number can come
-        self._pass_ids = itertools.count()  # again after load_state_dict; a pass cannot)
-        self.resume: tuple[int, int] | None = None  # (epoch, position) from load_state_dict
         self.counters = {"copied_batches": 0, "spilled_batches": 0, "worker_restarts": 0}
         self.skipped: deque[dict[str, Any]] = deque(maxlen=1000)  # NOTE [skipped samples]
         self.skipped_total = 0
-        self.epoch_skips: list[tuple[int | None, str]] = []  # of the active epoch
         self.shared_pool = pool  # a fastload.Pool (kept alive while this loader is), or None
         self.pending: deque[BaseException] = deque()  # NOTE [pool callbacks]
         self.warmed = False  # NOTE [first samples]
@@ -159,42 +158,43 @@ class Engine:
     def start_epoch(self) -> tuple[int, int]:
         """Start a pass: (its epoch, its pass id)."""
         self.check_usable()
-        self._end_abandoned()
+        self._end_dropped()
+        if self.pool is not None and self.slots is not None:
+            # A worker that died before this iter() (while prefetching this epoch) is judged
+            # now, while the epoch is not live: its batches are re-queued, never the reason
+            # this epoch fails (NOTE [pool callbacks])
+            try:
+                self.pool.check()  # only records: what it found is raised by next()
+            except WorkerDied:
+                pass  # a failed restart: tried again, and raised, at the next check
         if self.plan.iterable:  # NOTE [several passes]: one pass at a time
-            for old in list(self.live):
-                self.superseded[self.passes[old]] = (
+            for old in self.passes.supersede_all(
                     "iter(loader) was called again, and a plain iterable dataset's workers "
-                    "iterate one pass at a time")
-                self.abort_epoch(old)
-        e = self.next_epoch
-        self.next_epoch += 1
-        position = self.resume[1] if self.resume is not None and self.resume[0] == e else 0
-        self.resume = None
-        self.live[e] = position
-        self.queued[e] = max(self.queued.get(e, position), position)
-        token = self.passes[e] = next(self._pass_ids)
-        self.epoch_skips = []
+                    "iterate one pass at a time"):
+                self._drop_pass(old)
+        p = self.passes.start()
+        self.queued[p.epoch] = max(self.queued.get(p.epoch, p.position), p.position)
         self.deaths.new_epoch()
         if self.pool is not None:
             self.memwatch.epoch_started(self.pool.pids(), self.suspects)
-        return e, token
+        return p.epoch, p.token
 
     @property
     def active_epoch(self) -> int | None:
         """The newest live pass's epoch (None: none is live)."""
-        return next(reversed(self.live), None)
+        return self.passes.newest
+
+    @property
+    def next_epoch(self) -> int:
+        return self.passes.next_epoch
 
     def abandon(self, epoch: int, token: int) -> None:
         """An iterator was dropped (any thread: only noted, NOTE [several passes])."""
-        self.abandoned.append((epoch, token))
+        self.passes.dropped(epoch, token)
 
-    def _end_abandoned(self) -> None:
-        while self.abandoned:
-            e, token = self.abandoned.popleft()
-            if e in self.live and self.passes.get(e) == token:  # unfinished: state_dict()
-                # still says where it was left
-                self.left = (e, self.live[e])
-                self.abort_epoch(e)
+    def _end_dropped(self) -> None:
+        for p in self.passes.take_dropped():
+            self._drop_pass(p)
 
     def suspects(self) -> list[str]:
         return unshared(self.sharing, self.dataset)
@@ -204,46 +204,36 @@ class Engine:
         shared = sum(c["bytes"] for c in self.sharing.converted) if self.sharing else 0
         return self.memwatch.report(pids, shared)
 
-    def abort_epoch(self, e: int) -> None:
-        """Drop the rest of pass ``e`` (an error, load_state_dict, its iterator dropped)."""
-        if e not in self.live:
-            return
-        self._end(e)
+    def _drop_pass(self, p: Pass) -> None:
+        """Pass ``p`` ended unfinished: drop the tasks of its epoch."""
+        self.queued.pop(p.epoch, None)
         if self.slots is not None:
-            self.slots.drop_tasks(e)
+            self.slots.drop_tasks(p.epoch)
 
-    def _end(self, e: int) -> None:
-        """Forget pass ``e`` (it delivered its last batch; or abort_epoch, which also drops
-        its tasks)."""
-        self.live.pop(e, None)
-        self.passes.pop(e, None)
-        self.queued.pop(e, None)
-        self.lost.pop(e, None)
+    def _finish(self, p: Pass) -> None:
+        self.passes.finish(p)
+        self.queued.pop(p.epoch, None)
 
     def next_batch(self, epoch: int, token: int) -> Any:
         self.check_usable()
-        if self.passes.get(epoch) != token:
-            why = self.superseded.get(token)
-            if why is None:
-                raise StopIteration  # ended normally, or with an error already raised
-            raise RuntimeError(f"this epoch's iterator was superseded: {why}")
+        p = self.passes.get(epoch, token)
         total = self.plan.nbatches_of(epoch)
-        b = self.live[epoch]
+        b = p.position
         if b >= total:
-            self._end(epoch)
+            self._finish(p)
             raise StopIteration
         if b == 1 and self.pool is not None:
             self.memwatch.first_batch_out(self.pool.pids())
         try:
-            batch = self._worker_batch(epoch) if self.pool else self._inprocess_batch(epoch, b)
+            batch = self._worker_batch(p) if self.pool else self._inprocess_batch(p)
             if batch is _ENDED:  # NOTE [iterable datasets]: every worker's iterator ended
                 raise StopIteration
         except BaseException as e:
-            now = self.live.get(epoch)
-            if now == b:  # NOTE [errors do not end the epoch]
-                self.abort_epoch(epoch)
-            elif now is not None and now >= total:
-                self._end(epoch)
+            if p.position == b:  # NOTE [errors do not end the epoch]: not consumed
+                if self.passes.stop(p):  # state_dict() resumes at this batch
+                    self._drop_pass(p)
+            elif p.position >= total:
+                self._finish(p)
             if self.closed and isinstance(e, Exception) and not isinstance(e, LoaderClosedError):
                 # closed by another thread (Pool.close) mid-batch: whatever broke under us (a
                 # closed bell or ring, slots gone) is that, and is said so
@@ -251,32 +241,33 @@ class Engine:
                     f"this Loader was closed while it loaded a batch ({self.closed_reason})"
                 ) from e
             raise
-        self.live[epoch] = b + 1
+        p.position = b + 1
         if b + 1 >= total:
-            self._end(epoch)
+            self._finish(p)
         return (batch, self.plan.mask(epoch, b)) if self.cfg.return_mask else batch
 
-    def _inprocess_batch(self, epoch: int, b: int) -> Any:
+    def _inprocess_batch(self, p: Pass) -> Any:
         """num_workers=0: the workers' fill path (fastload/_fill.py), into a private buffer."""
-        filler, plan = self.filler, self.plan
+        filler, plan, epoch, b = self.filler, self.plan, p.epoch, p.position
         assert filler is not None
         try:
             self.layout, batch = filler.load(self.layout, plan.batch(epoch, b), plan.rows,
                                              plan.seed, epoch, self.cfg.sample_spec)
         except Exception:
-            self.live[epoch] = b + 1  # NOTE [errors do not end the epoch]
+            p.position = b + 1  # NOTE [errors do not end the epoch]
             raise
         if filler.skipped:
-            self._note_skips(epoch, filler.skipped)
+            self._note_skips(p, filler.skipped)
         return batch if plan.done(epoch, b, filler.rows, filler.flags) else _ENDED
 
     # -- the worker path ---------------------------------------------------------------------
-    def _worker_batch(self, epoch: int) -> Any:
+    def _worker_batch(self, p: Pass) -> Any:
+        epoch = p.epoch
         if self.slots is None:
-            self._setup_region(epoch)
+            self._setup_region(p)
         assert (slots := self.slots) is not None
-        if self.pending or self.lost or time.monotonic() - self._last_check > POLL_INTERVAL_S:
-            self._check_workers(epoch)  # also while data flows: a worker may have died idle
+        if self.pending or p.lost or time.monotonic() - self._last_check > POLL_INTERVAL_S:
+            self._check_workers(p)  # also while data flows: a worker may have died idle
         plan = self.plan
         room: Deadline | None = None
         while True:
@@ -285,22 +276,22 @@ class Engine:
             if task is None:
                 if plan.iterable and plan.all_ended(epoch):
                     return _ENDED
-                # NOTE [several passes]: no slot for this pass yet (the others' tasks are
+                # NOTE [queueing passes]: no slot for this pass yet (the others' tasks are
                 # being loaded): wait for one to come free
                 room = room or Deadline(self.cfg.timeout, self.cfg.on_stall)
-                self._check_workers(epoch)
+                self._check_workers(p)
                 room.check(lambda: "no slot came free for this pass: the loader's other "
                            "passes and held batches use them all")
                 time.sleep(0.001)
                 continue
-            assert plan.iterable or task.batch == self.live[epoch]
-            word = self._wait_slot(task.slot, epoch)
+            assert plan.iterable or task.batch == p.position
+            word = self._wait_slot(task.slot, p)
             slots.take(task)
             assert self.mail is not None and self.layout is not None
             info, spilled = slots.ring.slot_info(task.slot), None  # info["pid"]: who published
             if _ring.state_bits(word)[0] == _ring.FAILED:
                 slots.release(task.slot)
-                self.live[epoch] += 1  # its samples raised: the next next() goes on
+                p.position += 1  # its samples raised: the next next() goes on
                 what = f"batch {task.batch} of epoch {epoch}"
                 self.mail.raise_failure(task.slot, task.seq, word, what, info["pid"])
             if not plan.done(epoch, task.batch, info["rows"], info["flags"]):
@@ -315,18 +306,26 @@ class Engine:
                 self.counters["spilled_batches"] += 1
             if info["flags"] & _ring.F_SKIPPED:
                 try:
-                    self._note_skips(epoch, self.mail.skipped(task.slot, task.seq, word,
+                    self._note_skips(p, self.mail.skipped(task.slot, task.seq, word,
                                                               info["pid"]))
                 except BaseException:
                     slots.release(task.slot)
                     raise
-            batch = slots.deliver(task.slot, info["rows"], info["var_bytes"], spilled,
-                                  self.cfg.copy, self.cfg.max_held)
+            try:
+                batch = slots.deliver(task.slot, info["rows"], info["var_bytes"], spilled,
+                                      self.cfg.copy, self.cfg.max_held)
+            except Exception as e:  # an object leaf the main process cannot unpickle: the
+                p.position += 1  # batch is consumed (NOTE [errors do not end the epoch])
+                e.add_note(_undeliverable(epoch, task.batch, plan.batch(epoch, task.batch),
+                                          _ring.state_bits(word)[1], info["pid"]))
+                raise
             self._refill(None)
             return batch
 
-    def _note_skips(self, epoch: int, records: list[tuple[Any, ...]]) -> None:
-        """NOTE [skipped samples] (_fill.py): count, log the first, raise past max_skips."""
+    def _note_skips(self, p: Pass, records: list[tuple[Any, ...]]) -> None:
+        """NOTE [skipped samples] (_fill.py): count, log the first, raise past max_skips (of
+        pass ``p``: each pass counts its own)."""
+        epoch = p.epoch
         for index, kind, text, instead in records:
             if self.skipped_total < _LOGGED_SKIPS:
                 last = self.skipped_total == _LOGGED_SKIPS - 1
@@ -337,12 +336,12 @@ class Engine:
             self.skipped_total += 1
             self.skipped.append({"epoch": epoch, "index": index, "error": f"{kind}: {text}",
                                  "replaced_by": instead})
-            self.epoch_skips.append((index, f"{kind}: {text}"))
+            p.skips.append((index, f"{kind}: {text}"))
         limit = self.cfg.max_skips
-        if limit is not None and len(self.epoch_skips) > limit:
+        if limit is not None and len(p.skips) > limit:
             from .errors import SkipLimitError
 
-            got = self.epoch_skips
+            got = p.skips
             kinds: dict[str, int] = {}
             for _, text in got:
                 kinds[text.split(":", 1)[0]] = kinds.get(text.split(":", 1)[0], 0) + 1
@@ -356,12 +355,12 @@ class Engine:
                 list(got))
 
     def _refill(self, want: int | None) -> None:
-        """Queue tasks (NOTE [several passes]): first the next batch of pass ``want`` if it has
+        """Queue tasks (NOTE [queueing passes]): first the next batch of pass ``want`` if it has
         none in flight, then up to the prefetch depth, the live epoch with the fewest tasks in
         flight first, then one epoch ahead."""
         slots, pool, plan = self.slots, self.pool, self.plan
         assert slots is not None and pool is not None
-        self._end_abandoned()
+        self._end_dropped()
         slots.reap()
         queued = False
         if want is not None and slots.first_of(want) is None and self._left(want):
@@ -392,7 +391,7 @@ class Engine:
         slots = self.slots
         assert slots is not None
         best: tuple[int, int] | None = None
-        for e in self.live:
+        for e in self.passes.live:
             if self._left(e):
                 n = slots.count_of(e)
                 if best is None or n < best[0]:
@@ -400,7 +399,8 @@ class Engine:
         if best is not None:
             return best[1]
         ahead = self.next_epoch
-        if not self.plan.ahead or (self.live and ahead != max(self.live) + 1):
+        live = self.passes.live
+        if not self.plan.ahead or (live and ahead != max(live) + 1):
             return None
         self.queued.setdefault(ahead, 0)
         if self.plan.nbatches_of(ahead) == 0 or not self._left(ahead):
@@ -416,7 +416,7 @@ class Engine:
         plan = self.plan
         owners: list[int] | None = None  # not shared
         if self.slots.shared and shared_batch(b, plan.nbatches_of(e), self.cfg.num_workers,
-                                              ahead=e not in self.live):
+                                              ahead=not self.passes.is_live(e)):
             owners = []
             if self.given is not None and self.given[:2] == (e, b):
                 owners, self.given = self.given[2], None
@@ -438,7 +438,7 @@ class Engine:
             self.queued[e] = task.batch
             slots.reap()
 
-    def _wait_slot(self, slot: int, epoch: int) -> int:
+    def _wait_slot(self, slot: int, p: Pass) -> int:
         """The slot's word once READY or FAILED (FREE: NOTE [pool callbacks])."""
         assert self.slots is not None
         ring, wait = self.slots.ring, Deadline(self.cfg.timeout, self.cfg.on_stall)
@@ -446,19 +446,20 @@ class Engine:
             word = ring.wait(slot, wait.step())
             if word >= 0 and _ring.state_bits(word)[0] != _ring.FREE:
                 return int(word)
-            self._check_workers(epoch)  # waits for the pool's lock: the verdict is there then
+            self._check_workers(p)  # waits for the pool's lock: the verdict is there then
             wait.check(lambda: self.slots.why_late(slot))  # type: ignore[union-attr]
             time.sleep(0.001 if word >= 0 else 0)  # (never spin on a FREE slot)
 
     # -- the first sample and the region -----------------------------------------------------
-    def _send_probe(self, e: int | None = None) -> None:
+    def _send_probe(self, p: Pass | None = None) -> None:
         """Ask a worker (0, for a map-style dataset) for the layout of the next batch's first
         sample; NOTE [first samples]: the first time, also have each other worker load the
         first sample of a later batch."""
         assert self.mail is not None and self.pool is not None
-        if e is None:
-            e = self.active_epoch if self.active_epoch is not None else self.next_epoch
-        b = self.live.get(e, 0)
+        if p is None:
+            live = self.passes.live
+            p = live.get(self.active_epoch) if self.active_epoch is not None else None
+        e, b = (p.epoch, p.position) if p is not None else (self.next_epoch, 0)
         warm = 0 if self.warmed else self.cfg.num_workers
         firsts = self.plan.probe_tasks(e, b, warm, self.share)
         if not firsts:
@@ -475,31 +476,31 @@ class Engine:
                                      self.cfg.sample_spec, alternates=alternates), rest, to)
         self.warmed = True
 
-    def _setup_region(self, e: int) -> None:
+    def _setup_region(self, p: Pass) -> None:
         """Wait for worker 0's layout, then create the region and attach every worker."""
         pool, mail = self.pool, self.mail
         assert pool is not None and mail is not None
         wait = Deadline(self.cfg.timeout, self.cfg.on_stall, stall_now=False)
         while True:
             if mail.probe is None:
-                self._send_probe(e)
+                self._send_probe(p)
             pool.pump(mail.probe_worker, POLL_INTERVAL_S)
             try:
                 mail.collect()
             except BaseException:
-                if mail.probe_failed and e in self.live:  # the batch's first sample raised:
-                    mail.probe_failed = False  # that batch is consumed; nothing is queued yet
-                    self.live[e] += 1
-                    self.queued[e] = max(self.queued.get(e, 0), self.live[e])
+                if mail.probe_failed and self.passes.is_live(p.epoch):  # the batch's first
+                    mail.probe_failed = False  # sample raised: that batch is consumed
+                    p.position += 1  # (nothing is queued yet)
+                    self.queued[p.epoch] = max(self.queued.get(p.epoch, 0), p.position)
                 raise
             if mail.layout is not None:
                 break
             if mail.probe_ended is not None:  # NOTE [iterable datasets]: ask the next worker
                 (worker, pe), mail.probe_ended = mail.probe_ended, None
                 self.plan.ended(pe, worker)
-                if pe == e and self.plan.all_ended(pe):
+                if pe == p.epoch and self.plan.all_ended(pe):
                     raise StopIteration  # no worker's iterator has a sample this epoch
-            self._check_workers(e)
+            self._check_workers(p)
             if mail.probe_started:  # a slow process start is not a slow dataset: count from
                 wait.start_stall()  # when worker 0 starts loading the sample
             w = mail.probe_worker
@@ -524,16 +525,17 @@ class Engine:
                                    self.cfg.on_error == "skip"), region.fd)
 
     # -- messages and deaths -----------------------------------------------------------------
-    def _check_workers(self, epoch: int) -> None:
+    def _check_workers(self, p: Pass | None) -> None:
         """Closed by another thread (pool.close())? Dead workers (any loader's)? Raise here
-        what concerns pass ``epoch``: a death that cost it a batch, or any other error."""
+        what concerns pass ``p``: a death that cost it a batch, or any other error."""
         self.check_usable()
         if self.pool is None:
             return
         self._last_check = time.monotonic()
         self.pool.check()
-        if epoch in self.lost:
-            raise self.lost.pop(epoch)
+        if p is not None and p.lost is not None:
+            lost, p.lost = p.lost, None
+            raise lost
         if self.pending:
             exc = self.pending.popleft()
             self.pending.clear()  # one error at a time: the rest concern the same deaths
@@ -563,7 +565,7 @@ class Engine:
         if self.slots is not None:
             ring = self.slots.ring
             for i, s, epoch in held:
-                requeue = not (verdict.fatal and epoch in self.live)
+                requeue = not (verdict.fatal and self.passes.is_live(epoch))
                 if not requeue:
                     ended.add(epoch)
                 if _ring.state_bits(ring.state(s))[0] == _ring.CLAIMED:
@@ -577,7 +579,13 @@ class Engine:
                     self.pool.bell.ring(True)
         if verdict.error is not None and ended:
             for epoch in ended:
-                self.lost[epoch] = verdict.error
+                if (p := self.passes.live.get(epoch)) is not None:
+                    p.lost = verdict.error
+        elif verdict.error is not None and verdict.fatal and held:
+            # every batch it cost was prefetched for a pass not yet started: re-queued, and
+            # that pass loses nothing (NOTE [pool callbacks])
+            log.warning("%s; restarted it and re-queued its batch of the next epoch",
+                        str(verdict.error).split(". ")[0])
         elif verdict.error is not None:
             self.pending.append(verdict.error)
         elif verdict.warning is not None:
@@ -595,8 +603,7 @@ class Engine:
         if self.closed or os.getpid() != self.pid:
             return
         self.closed, self.closed_reason = True, reason
-        self.live.clear()
-        self.passes.clear()
+        self.passes.supersede_all(f"the loader was closed ({reason})")
         try:
             if self.slots is not None:
                 self.slots.ring.stop()  # step 1
@@ -616,28 +623,18 @@ class Engine:
                 self.sharing.close()
 
     def state_dict(self) -> dict[str, Any]:
-        if self.resume is not None:  # loaded, not yet iterated
-            return self.plan.state(*self.resume)
-        self._end_abandoned()
-        if self.live:  # NOTE [several passes]: the oldest live pass
-            e = next(iter(self.live))
-            return self.plan.state(e, self.live[e])
-        if self.left is not None and self.left[0] == self.next_epoch - 1:
-            return self.plan.state(*self.left)  # the newest pass, left with break
-        return self.plan.state(self.next_epoch, 0)
+        self._end_dropped()
+        return self.plan.state(*self.passes.state())  # NOTE [resume state] (_passes.py)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.check_usable()
         epoch, position = self.plan.restore(state)
-        for old in list(self.live):
-            self.superseded[self.passes[old]] = "load_state_dict() was called"
-            self.abort_epoch(old)
+        self.passes.restore(epoch, position)
         if self.slots is not None:  # whatever ran ahead belongs to another order
             self.slots.drop_tasks()
-        self.next_epoch = epoch
-        self.resume = (epoch, position)
+        elif self.mail is not None:
+            self.mail.retarget()  # NOTE [first samples]: the probe follows the resume point
         self.queued = {epoch: position}
-        self.left = None
 
 
     def stats(self) -> dict[str, Any]:

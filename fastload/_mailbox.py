@@ -38,6 +38,7 @@ class Mailbox:
         self.probe_worker = 0  # who it was sent to
         self.probe_started = False  # that worker said it began loading the probe sample
         self.probe_failed = False  # the error being raised is the probe sample's
+        self.probe_stale = False  # load_state_dict moved the start: a failure is not ours
         #: (worker, epoch) whose iterator had no probe sample (NOTE [iterable datasets])
         self.probe_ended: tuple[int, int] | None = None
 
@@ -47,9 +48,17 @@ class Mailbox:
         # Not kept if the worker is dead: the engine asks again once it is restarted.
         self.probe = probe if self.pool.send(to, probe) else None
         self.probe_worker = to
-        self.probe_started = self.probe_failed = False
+        self.probe_started = self.probe_failed = self.probe_stale = False
         for k, index in warm:
             self.pool.send(k, probe._replace(sample=index, spec=None, report=False))
+
+    def retarget(self) -> None:
+        """``load_state_dict`` moved where the first pass starts: a probe in flight was sent
+        for another batch, so its failure is not that batch's error (it is dropped and the
+        probe sent again for the resumed batch); its layout is still the dataset's."""
+        with self.lock:
+            if self.probe is not None and self.layout is None:
+                self.probe_stale = True
 
     def probe_lost(self, worker: int) -> list[int | None]:
         """``worker`` died: the probe sample it was loading (it is asked again after the
@@ -90,6 +99,8 @@ class Mailbox:
         elif isinstance(msg, m.LayoutFound):
             if self.layout is None:
                 self.layout = msg.layout
+        elif isinstance(msg, m.ProbeFailed) and self.probe_stale:
+            self.probe, self.probe_stale = None, False  # sent again for the resumed batch
         elif isinstance(msg, (m.ProbeFailed, m.InitFailed)):
             self.probe = None
             self.probe_failed = isinstance(msg, m.ProbeFailed)

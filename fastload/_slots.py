@@ -189,7 +189,7 @@ class SlotTable:
     def drop_newest(self, epoch: int) -> Task | None:
         """Abandon the newest task of ``epoch`` if its slot can be freed now (queued, or
         loaded already: not while a worker loads it), to give its slot to another pass
-        (NOTE [several passes] in _engine.py); the task abandoned, or None."""
+        (NOTE [several passes] in _passes.py); the task abandoned, or None."""
         for task in reversed(self.inflight):
             if task.epoch == epoch:
                 if _ring.state_bits(self.ring.state(task.slot))[0] == _ring.CLAIMED:

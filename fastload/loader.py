@@ -50,7 +50,7 @@ class _EpochIterator(Iterator[Any]):
 
     def __del__(self) -> None:
         # Dropped unfinished (break, garbage): its pass ends and frees its slots at the
-        # engine's next step (NOTE [several passes] in _engine.py); noted only, as this may
+        # engine's next step (NOTE [several passes] in _passes.py); noted only, as this may
         # run in any thread.
         engine = getattr(self, "_engine", None)
         if engine is not None and getattr(self, "_pass", None) is not None:

@@ -617,7 +617,7 @@ def test_an_iterator_dropped_unfinished_frees_its_slots(nw):
             next(it)
             del it
         assert [i for b in loader for i in b.tolist()] == list(range(40))
-        assert len(loader._engine.live) == 0
+        assert len(loader._engine.passes.live) == 0
         if nw:
             slots = loader._engine.slots
             assert not slots.inflight or {t.epoch for t in slots.inflight} == {31}

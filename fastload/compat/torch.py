@@ -551,7 +551,7 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
             self._loader_unstacked = self._unstacked
         it = iter(self._loader)  # one Loader epoch per iter(): see NOTE [batch plans]
         engine = self._loader._engine  # passes may overlap (NOTE [several passes])
-        live = engine.live if engine is not None else {}
+        live = engine.passes.live if engine is not None else {}
         for e in [e for e in self._plans if e not in live]:
             del self._plans[e]  # an iterator created and dropped unstarted
         self._plans[it.epoch] = plan  # asked for at the first next(), then popped
