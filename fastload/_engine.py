@@ -29,17 +29,6 @@ Otherwise they are the first samples of the next batches, and a kept sample pack
 claimed by another worker is loaded again there (the ring hands batches to whichever worker is
 free): at most ``num_workers - 1`` samples, once.
 
-NOTE [queueing passes]
-The passes themselves (live, stopped, superseded, the resume state) are NOTE [several passes]
-in _passes.py. Each live pass has its own tasks in the ring, all served by the same workers.
-``queued`` says how far each epoch is queued; a live epoch's tasks in flight are exactly its
-batches [position, queued), in order. The queue is shared fairly: the live epoch with the fewest
-tasks in flight is topped up first, and a pass waiting for a batch that is not queued gets a
-slot even past the prefetch depth (a free one, or the newest task of the epoch with the most in
-flight, which re-queues it later), so no pass can starve another. When every live epoch is
-queued to its end, the queue runs one epoch ahead (the next ``iter()``'s). A pass whose iterator
-is dropped unfinished is ended at the engine's next step, freeing its slots.
-
 NOTE [errors do not end the epoch]
 A batch whose samples raised (in a worker: its slot is FAILED; in the main process: the fill
 raised an ``Exception``; the probe: its first sample raised) counts as consumed before its error
@@ -69,8 +58,9 @@ from ._mailbox import Mailbox
 from ._memory import MemoryWatch
 from ._passes import Pass, Passes
 from ._pool import Pool, WorkerPool, default_start_method
+from ._scheduler import Scheduler, may_share
 from ._share import Sharing, share_dataset, unshared
-from ._slots import SlotTable, may_share, shared_batch
+from ._slots import SlotTable
 from ._stream import plan_of
 from ._wait import POLL_INTERVAL_S, Deadline
 from .errors import LoaderClosedError, WorkerDied
@@ -108,22 +98,17 @@ class Engine:
         self.n = n
         self.plan = plan_of(dataset, n, cfg)
         self.passes = Passes()  # NOTE [several passes] (_passes.py)
-        self.queued: dict[int, int] = {}  # epoch -> its next batch to queue
         self.plan.keep = self.passes.live  # a live epoch's batches are never forgotten
+        self.sched = Scheduler(cfg, self.plan, self.passes, may_share(cfg, self.plan, dataset))
         self.deaths = DeathPolicy(cfg.on_worker_death)
         self.closed, self.closed_reason = False, ""
         self.layout: BatchLayout | None = None
-        self.slots: SlotTable | None = None  # the shared region, once the layout is known
         self.counters = {"copied_batches": 0, "spilled_batches": 0, "worker_restarts": 0}
         self.skipped: deque[dict[str, Any]] = deque(maxlen=1000)  # NOTE [skipped samples]
         self.skipped_total = 0
         self.shared_pool = pool  # a fastload.Pool (kept alive while this loader is), or None
         self.pending: deque[BaseException] = deque()  # NOTE [pool callbacks]
         self.warmed = False  # NOTE [first samples]
-        self.given: tuple[int, int, list[int]] | None = None  # (epoch, batch, row -> worker)
-        #: Whether batches may be shared (NOTE [shared rows] in csrc/fl_ring.c): they are if,
-        #: besides, the layout is all fixed-shape arrays (_setup_region).
-        self.share = may_share(cfg, self.plan, dataset)
         self._last_check = time.monotonic()
         self.filler = filler_for(dataset, None, 0) if cfg.num_workers == 0 else None
         if self.filler is not None:
@@ -173,11 +158,16 @@ class Engine:
                     "iterate one pass at a time"):
                 self._drop_pass(old)
         p = self.passes.start()
-        self.queued[p.epoch] = max(self.queued.get(p.epoch, p.position), p.position)
+        self.sched.pass_started(p.epoch, p.position)
         self.deaths.new_epoch()
         if self.pool is not None:
             self.memwatch.epoch_started(self.pool.pids(), self.suspects)
         return p.epoch, p.token
+
+    @property
+    def slots(self) -> SlotTable | None:
+        """The shared region's slots (the scheduler's), once the layout is known."""
+        return self.sched.slots
 
     @property
     def active_epoch(self) -> int | None:
@@ -206,13 +196,11 @@ class Engine:
 
     def _drop_pass(self, p: Pass) -> None:
         """Pass ``p`` ended unfinished: drop the tasks of its epoch."""
-        self.queued.pop(p.epoch, None)
-        if self.slots is not None:
-            self.slots.drop_tasks(p.epoch)
+        self.sched.pass_ended(p.epoch, drop=True)
 
     def _finish(self, p: Pass) -> None:
         self.passes.finish(p)
-        self.queued.pop(p.epoch, None)
+        self.sched.pass_ended(p.epoch, drop=False)
 
     def next_batch(self, epoch: int, token: int) -> Any:
         self.check_usable()
@@ -355,88 +343,13 @@ class Engine:
                 list(got))
 
     def _refill(self, want: int | None) -> None:
-        """Queue tasks (NOTE [queueing passes]): first the next batch of pass ``want`` if it has
-        none in flight, then up to the prefetch depth, the live epoch with the fewest tasks in
-        flight first, then one epoch ahead."""
-        slots, pool, plan = self.slots, self.pool, self.plan
-        assert slots is not None and pool is not None
+        """Queue tasks (NOTE [queueing passes] in _scheduler.py); wake the workers."""
         self._end_dropped()
-        slots.reap()
-        queued = False
-        if want is not None and slots.first_of(want) is None and self._left(want):
-            if not slots.free:
-                self._make_room(want)
-            if slots.free:
-                queued = self._queue(want)
-        while slots.can_queue(self.cfg.depth):
-            e = self._pick()
-            if e is None or not self._queue(e):
-                break
-            queued = True
-        newest = self.active_epoch
-        if newest is not None and 2 * self.queued.get(newest, 0) >= plan.nbatches_of(newest):
-            plan.prepare(newest + 1)  # shuffle the next epoch halfway through this one
-        if queued:  # a shared batch: every idle worker may take rows of it
-            pool.bell.ring(slots.shared_queued)
+        if self.sched.refill(want):  # a shared batch: every idle worker may take rows of it
+            slots = self.sched.slots
+            assert slots is not None and self.pool is not None
+            self.pool.bell.ring(slots.shared_queued)
             slots.shared_queued = False
-
-    def _left(self, e: int) -> bool:
-        """Whether epoch ``e`` has batches not yet queued."""
-        return self.queued.get(e, 0) < self.plan.nbatches_of(e)
-
-    def _pick(self) -> int | None:
-        """The epoch to queue a task of next: the live one with the fewest tasks in flight
-        (the oldest of equals), else the next epoch (never with a batch plan: NOTE [batch
-        plans]), else None."""
-        slots = self.slots
-        assert slots is not None
-        best: tuple[int, int] | None = None
-        for e in self.passes.live:
-            if self._left(e):
-                n = slots.count_of(e)
-                if best is None or n < best[0]:
-                    best = (n, e)
-        if best is not None:
-            return best[1]
-        ahead = self.next_epoch
-        live = self.passes.live
-        if not self.plan.ahead or (live and ahead != max(live) + 1):
-            return None
-        self.queued.setdefault(ahead, 0)
-        if self.plan.nbatches_of(ahead) == 0 or not self._left(ahead):
-            return None
-        return ahead
-
-    def _queue(self, e: int) -> bool:
-        assert self.slots is not None
-        b = self.queued.get(e, 0)
-        if b >= self.plan.nbatches_of(e) or not self.slots.free:
-            return False
-        self.queued[e] = b + 1
-        plan = self.plan
-        owners: list[int] | None = None  # not shared
-        if self.slots.shared and shared_batch(b, plan.nbatches_of(e), self.cfg.num_workers,
-                                              ahead=not self.passes.is_live(e)):
-            owners = []
-            if self.given is not None and self.given[:2] == (e, b):
-                owners, self.given = self.given[2], None
-        self.slots.queue(e, b, plan.batch(e, b), plan.seed, plan.target(e, b), owners)
-        return True
-
-    def _make_room(self, want: int) -> None:
-        """No free slot for pass ``want``'s next batch: give up the newest task of the epoch
-        with the most in flight (it is queued again when its pass needs it)."""
-        slots = self.slots
-        assert slots is not None
-        counts = {e: slots.count_of(e) for e in {t.epoch for t in slots.inflight}}
-        counts.pop(want, None)
-        if not counts:
-            return  # every slot is held by the user or still loading an abandoned task
-        e = max(counts, key=lambda k: (counts[k], k))
-        task = slots.drop_newest(e)
-        if task is not None:
-            self.queued[e] = task.batch
-            slots.reap()
 
     def _wait_slot(self, slot: int, p: Pass) -> int:
         """The slot's word once READY or FAILED (FREE: NOTE [pool callbacks])."""
@@ -461,13 +374,13 @@ class Engine:
             p = live.get(self.active_epoch) if self.active_epoch is not None else None
         e, b = (p.epoch, p.position) if p is not None else (self.next_epoch, 0)
         warm = 0 if self.warmed else self.cfg.num_workers
-        firsts = self.plan.probe_tasks(e, b, warm, self.share)
+        firsts = self.plan.probe_tasks(e, b, warm, self.sched.share)
         if not firsts:
             return
-        if self.share:  # the first rows of batch b: given to the workers that load them
+        if self.sched.share:  # the first rows of batch b: given to the workers that load them
             b_rows = self.plan.batch(e, b)
             k = min(len(firsts), len(b_rows))
-            self.given = (e, b, [w for w, _ in firsts[:k]])
+            self.sched.given = (e, b, [w for w, _ in firsts[:k]])
         (to, sample), rest = firsts[0], firsts[1:]
         alternates: tuple[int, ...] = ()
         if self.cfg.on_error == "skip":  # NOTE [skipped samples]: the rest of its batch
@@ -491,7 +404,7 @@ class Engine:
                 if mail.probe_failed and self.passes.is_live(p.epoch):  # the batch's first
                     mail.probe_failed = False  # sample raised: that batch is consumed
                     p.position += 1  # (nothing is queued yet)
-                    self.queued[p.epoch] = max(self.queued.get(p.epoch, 0), p.position)
+                    self.sched.consumed_unqueued(p.epoch, p.position)
                 raise
             if mail.layout is not None:
                 break
@@ -509,11 +422,10 @@ class Engine:
                        f"{mail.probe.sample if mail.probe else '?'} (the first sample, which sets "
                        "the batch layout)")
         self.layout = mail.layout
-        shared = self.share and not self.layout.n_objects
-        slots = self.slots = SlotTable(self.layout, self.cfg.nslots, self.counters, shared)
+        slots = self.sched.start(self.layout, self.counters)
         if self.closed:  # by another thread, which may have looked at self.slots before it was
             slots.close()  # set (close() sets closed first): never leave a region behind
-            self.slots = None
+            self.sched.slots = None
             self.check_usable()
         for i in range(self.cfg.num_workers):
             self._attach(i)
@@ -615,7 +527,7 @@ class Engine:
         finally:
             if self.slots is not None:
                 self.slots.close()  # step 5: live zero-copy batches keep the mapping
-            self.slots = None
+            self.sched.slots = None
             if self.mail is not None:
                 self.mail.clear()
             self.dataset = self.filler = None
@@ -630,11 +542,9 @@ class Engine:
         self.check_usable()
         epoch, position = self.plan.restore(state)
         self.passes.restore(epoch, position)
-        if self.slots is not None:  # whatever ran ahead belongs to another order
-            self.slots.drop_tasks()
-        elif self.mail is not None:
+        if self.slots is None and self.mail is not None:
             self.mail.retarget()  # NOTE [first samples]: the probe follows the resume point
-        self.queued = {epoch: position}
+        self.sched.restart_at(epoch, position)
 
 
     def stats(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from ._ragged import VarImage, read_image
 from ._region import SharedRegion
 from .layout import PAGE, BatchLayout
 
-__all__ = ["SlotMap", "SlotTable", "Task", "STATE_NAMES", "may_share", "shared_batch"]
+__all__ = ["SlotMap", "SlotTable", "Task", "STATE_NAMES"]
 
 STATE_NAMES = {
     _ring.FREE: "FREE",
@@ -334,24 +334,3 @@ class SlotTable:
         self.ring.close()
         self.region.close()
 
-
-def may_share(cfg: Any, plan: Any, dataset: Any) -> bool:
-    """Whether a loader's batches may be shared (NOTE [shared rows] in csrc/fl_ring.c): the
-    setting, two workers or more, a map-style dataset whose samples are loaded one
-    ``__getitem__`` at a time (not a whole batch through ``__getitems__`` or a gather in C), and
-    no on_error="skip" (which replaces a sample by another of its batch). The layout decides the
-    rest (fixed-shape leaves only: Engine._setup_region)."""
-    return bool(cfg.share_rows and cfg.num_workers > 1 and not plan.iterable
-                and cfg.on_error != "skip" and plan.rows <= _ring.MAX_SHARED_ROWS
-                and getattr(dataset, "__getitems__", None) is None
-                and not callable(getattr(dataset, "_fastload_columns", None))
-                and getattr(dataset, "_fastload_pieces", None) is None)
-
-
-def shared_batch(b: int, nbatches: int, workers: int, ahead: bool) -> bool:
-    """Whether batch ``b`` of an epoch of ``nbatches`` is queued shared: the first batch and the
-    last 2 x ``workers``, where workers would otherwise wait for one of them, and every batch
-    queued ahead for a pass not yet started (workers claim whole batches first, so a next
-    epoch's batch claimed whole would go before this epoch's shared last ones). The others are
-    claimed whole, as before: per-row bookkeeping costs a batch of tiny samples ~5%."""
-    return b == 0 or b >= nbatches - 2 * workers or ahead

@@ -1,0 +1,180 @@
+"""The scheduler: a loader's slots and what goes into them next.
+
+It owns the ``SlotTable`` (fastload/_slots.py: the region, the ring, the tasks in flight), how far
+each epoch is queued, and the sharing policy (which batches are shared by rows, NOTE [shared
+rows] in csrc/fl_ring.c). It reads the passes (fastload/_passes.py) and the plan; it never
+changes them.
+
+NOTE [queueing passes]
+Each live pass has its own tasks in the ring, all served by the same workers. ``queued`` says
+how far each epoch is queued; a live epoch's tasks in flight are exactly its batches [position,
+queued), in order. The queue is shared fairly: the live epoch with the fewest tasks in flight is
+topped up first, and a pass waiting for a batch that is not queued gets a slot even past the
+prefetch depth (a free one, or the newest task of the epoch with the most in flight, which
+re-queues it later), so no pass can starve another. When every live epoch is queued to its end,
+the queue runs one epoch ahead (the next ``iter()``'s). A pass that ends unfinished has its
+tasks dropped (``drop``).
+
+NOTE [sharing policy]
+One sentence: a batch is shared by rows when workers would otherwise wait for one of them (the
+first batch of an epoch, its last ``2 * num_workers``, and those queued ahead for the next pass),
+and only for map-style datasets loaded one ``__getitem__`` at a time into fixed-shape slots with
+two workers or more (``may_share``, ``shared_batch``); a worker still takes a shared batch
+quicker than 20 ms to load in one piece (csrc/fl_ring.c). Everything else is claimed whole.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _ring
+from ._passes import Passes
+from ._slots import SlotTable
+
+__all__ = ["Scheduler", "may_share", "shared_batch"]
+
+
+def may_share(cfg: Any, plan: Any, dataset: Any) -> bool:
+    """Whether a loader's batches may be shared (NOTE [sharing policy]): the setting, two
+    workers or more, a map-style dataset whose samples are loaded one ``__getitem__`` at a time
+    (not a whole batch through ``__getitems__`` or a gather in C), and no on_error="skip" (which
+    replaces a sample by another of its batch). The layout decides the rest (fixed-shape leaves
+    only: ``Scheduler.start``)."""
+    return bool(cfg.share_rows and cfg.num_workers > 1 and not plan.iterable
+                and cfg.on_error != "skip" and plan.rows <= _ring.MAX_SHARED_ROWS
+                and getattr(dataset, "__getitems__", None) is None
+                and not callable(getattr(dataset, "_fastload_columns", None))
+                and getattr(dataset, "_fastload_pieces", None) is None)
+
+
+def shared_batch(b: int, nbatches: int, workers: int, ahead: bool) -> bool:
+    """Whether batch ``b`` of an epoch of ``nbatches`` is queued shared: the first batch and the
+    last 2 x ``workers``, where workers would otherwise wait for one of them, and every batch
+    queued ahead for a pass not yet started (workers claim whole batches first, so a next
+    epoch's batch claimed whole would go before this epoch's shared last ones). The others are
+    claimed whole, as before: per-row bookkeeping costs a batch of tiny samples ~5%."""
+    return b == 0 or b >= nbatches - 2 * workers or ahead
+
+
+class Scheduler:
+    """The slots of one loader and the order tasks enter them (NOTE [queueing passes])."""
+
+    def __init__(self, cfg: Any, plan: Any, passes: Passes, share: bool) -> None:
+        self.cfg = cfg
+        self.plan = plan
+        self.passes = passes
+        #: Whether batches may be shared (NOTE [sharing policy]); they are if, besides, the
+        #: layout is all fixed-shape arrays (``start``).
+        self.share = share
+        self.slots: SlotTable | None = None  # the shared region, once the layout is known
+        self.queued: dict[int, int] = {}  # epoch -> its next batch to queue
+        #: NOTE [first samples] (_startup.py): the first batch's rows each worker loaded
+        self.given: tuple[int, int, list[int]] | None = None  # (epoch, batch, row -> worker)
+
+    def start(self, layout: Any, counters: dict[str, int]) -> SlotTable:
+        """Create the region for ``layout`` (the first sample's)."""
+        shared = self.share and not layout.n_objects
+        self.slots = SlotTable(layout, self.cfg.nslots, counters, shared)
+        return self.slots
+
+    # -- passes ------------------------------------------------------------------------------
+    def pass_started(self, epoch: int, position: int) -> None:
+        self.queued[epoch] = max(self.queued.get(epoch, position), position)
+
+    def consumed_unqueued(self, epoch: int, position: int) -> None:
+        """A batch of ``epoch`` was consumed before anything was queued (the probe's)."""
+        self.queued[epoch] = max(self.queued.get(epoch, 0), position)
+
+    def pass_ended(self, epoch: int, drop: bool) -> None:
+        """The pass over ``epoch`` ended; ``drop``: unfinished, drop its tasks."""
+        self.queued.pop(epoch, None)
+        if drop and self.slots is not None:
+            self.slots.drop_tasks(epoch)
+
+    def restart_at(self, epoch: int, position: int) -> None:
+        """``load_state_dict``: whatever ran ahead belongs to another order."""
+        if self.slots is not None:
+            self.slots.drop_tasks()
+        self.queued = {epoch: position}
+
+    # -- queueing ----------------------------------------------------------------------------
+    def refill(self, want: int | None) -> bool:
+        """Queue tasks: first the next batch of the pass over ``want`` if it has none in flight,
+        then up to the prefetch depth, the live epoch with the fewest tasks in flight first,
+        then one epoch ahead. Whether a worker should be woken for a shared batch."""
+        slots, plan = self.slots, self.plan
+        assert slots is not None
+        slots.reap()
+        queued = False
+        if want is not None and slots.first_of(want) is None and self._left(want):
+            if not slots.free:
+                self._make_room(want)
+            if slots.free:
+                queued = self._queue(want)
+        while slots.can_queue(self.cfg.depth):
+            e = self._pick()
+            if e is None or not self._queue(e):
+                break
+            queued = True
+        newest = self.passes.newest
+        if newest is not None and 2 * self.queued.get(newest, 0) >= plan.nbatches_of(newest):
+            plan.prepare(newest + 1)  # shuffle the next epoch halfway through this one
+        return queued
+
+    def _left(self, e: int) -> bool:
+        """Whether epoch ``e`` has batches not yet queued."""
+        return bool(self.queued.get(e, 0) < self.plan.nbatches_of(e))
+
+    def _pick(self) -> int | None:
+        """The epoch to queue a task of next: the live one with the fewest tasks in flight
+        (the oldest of equals), else the next epoch (never with a batch plan: NOTE [batch
+        plans]), else None."""
+        slots = self.slots
+        assert slots is not None
+        best: tuple[int, int] | None = None
+        live = self.passes.live
+        for e in live:
+            if self._left(e):
+                n = slots.count_of(e)
+                if best is None or n < best[0]:
+                    best = (n, e)
+        if best is not None:
+            return best[1]
+        ahead = self.passes.next_epoch
+        if not self.plan.ahead or (live and ahead != max(live) + 1):
+            return None
+        self.queued.setdefault(ahead, 0)
+        if self.plan.nbatches_of(ahead) == 0 or not self._left(ahead):
+            return None
+        return ahead
+
+    def _queue(self, e: int) -> bool:
+        slots, plan = self.slots, self.plan
+        assert slots is not None
+        b = self.queued.get(e, 0)
+        if b >= plan.nbatches_of(e) or not slots.free:
+            return False
+        self.queued[e] = b + 1
+        owners: list[int] | None = None  # not shared
+        if slots.shared and shared_batch(b, plan.nbatches_of(e), self.cfg.num_workers,
+                                         ahead=not self.passes.is_live(e)):
+            owners = []
+            if self.given is not None and self.given[:2] == (e, b):
+                owners, self.given = self.given[2], None
+        slots.queue(e, b, plan.batch(e, b), plan.seed, plan.target(e, b), owners)
+        return True
+
+    def _make_room(self, want: int) -> None:
+        """No free slot for pass ``want``'s next batch: give up the newest task of the epoch
+        with the most in flight (it is queued again when its pass needs it)."""
+        slots = self.slots
+        assert slots is not None
+        counts = {e: slots.count_of(e) for e in {t.epoch for t in slots.inflight}}
+        counts.pop(want, None)
+        if not counts:
+            return  # every slot is held by the user or still loading an abandoned task
+        e = max(counts, key=lambda k: (counts[k], k))
+        task = slots.drop_newest(e)
+        if task is not None:
+            self.queued[e] = task.batch
+            slots.reap()
