@@ -106,7 +106,7 @@ class BatchFiller:
         # fastload.NpyShards (through _stream.StreamView): a batch is pieces of shards, each
         # (its columns, its rows), gathered in C one after the other.
         self.pieces: Any = getattr(dataset, "_fastload_pieces", None)
-        # NOTE [first samples] (_engine.py): (seed, epoch, index) -> (sample, or the exception
+        # NOTE [first samples] (_startup.py): (seed, epoch, index) -> (sample, or the exception
         # loading it raised), loaded before the layout was known, packed when its batch comes.
         self.warm: dict[tuple[int, int, int], tuple[bool, Any]] = {}
         #: Result flags of the last fill for its slot (fastload._ring.F_ENDED: a plain

@@ -14,7 +14,7 @@ samples from its iterator and records how many it took (``fl_ring_set_rows``) an
 iterator ended, ``F_ENDED``. A batch that ended with no row (or short, with drop_last) is no
 batch: the parent skips it and plans no more batches for that worker in the epoch. The epoch
 ends when every worker's iterator has ended. The first sample of each worker's stream (NOTE
-[first samples] in _engine.py) is loaded by all workers at once and kept for its batch; a worker
+[first samples] in _startup.py) is loaded by all workers at once and kept for its batch; a worker
 whose stream is empty answers the probe with ``ProbeEnded``, and the next worker is asked.
 
 Positions make a restarted worker (``on_worker_death="restart"``) and a resumed loader exact for

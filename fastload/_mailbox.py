@@ -18,7 +18,7 @@ __all__ = ["Mailbox"]
 
 class Mailbox:
     """Messages of one client (``cid``) of a worker pool. ``collect`` may run in another
-    loader's thread (NOTE [pool callbacks] in _engine.py): it only files messages.
+    loader's thread (NOTE [pool callbacks] in _faults.py): it only files messages.
 
     NOTE [lock order]
     The pool's lock may be held while a mailbox's lock is taken (the pool's death callbacks
@@ -44,7 +44,7 @@ class Mailbox:
 
     def send_probe(self, probe: m.Probe, warm: list[tuple[int, int]], to: int = 0) -> None:
         """``probe`` to worker ``to``; each (worker, sample) of ``warm`` to load and keep
-        (NOTE [first samples] in _engine.py)."""
+        (NOTE [first samples] in _startup.py)."""
         # Not kept if the worker is dead: the engine asks again once it is restarted.
         self.probe = probe if self.pool.send(to, probe) else None
         self.probe_worker = to
@@ -183,7 +183,7 @@ class Mailbox:
         """Drop what was filed about tasks of ``slot`` older than ``seq``: a slot holds one
         task at a time and seqs grow, so they were abandoned (a pass ended, a task re-queued).
         Only the slot's own: several passes' tasks are not delivered in seq order (NOTE
-        [several passes] in _engine.py). At most one task's messages per slot stay filed."""
+        [several passes] in _passes.py). At most one task's messages per slot stay filed."""
         for filed in (self.msgs, self.skips):
             for old in [k for k in filed if k[0] == slot and k[1] < seq]:
                 del filed[old]

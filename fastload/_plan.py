@@ -153,7 +153,7 @@ class EpochPlan:
 
     def probe_tasks(self, epoch: int, b: int, n: int, rows: bool = False
                     ) -> list[tuple[int, int]]:
-        """NOTE [first samples] (_engine.py): (worker, sample) to load first, from batch ``b``
+        """NOTE [first samples] (_startup.py): (worker, sample) to load first, from batch ``b``
         on: the first of batches b, b + 1, ..., b + n - 1 by workers 0, 1, ... (at least one;
         none if the epoch has no batch ``b``). With ``rows`` (shared batches), the first
         samples of batch ``b`` itself, then the first of the batches after it."""

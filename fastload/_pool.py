@@ -138,7 +138,7 @@ def default_start_method() -> str:
 
 
 class PoolClient(Protocol):
-    """What a pool needs of a loader registered with it (NOTE [pool callbacks] in _engine.py:
+    """What a pool needs of a loader registered with it (NOTE [pool callbacks] in _faults.py:
     the callbacks run in whichever thread checks the pool)."""
 
     def workers_died(self, deaths: list[m.Death]) -> None:

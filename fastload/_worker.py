@@ -209,7 +209,7 @@ class _Client:
         conn = self.worker.conn
         assert self.filler is not None
         set_worker_info(self.info)
-        if not msg.report:  # NOTE [first samples] (_engine.py): load it now, pack it later
+        if not msg.report:  # NOTE [first samples] (_startup.py): load it now, pack it later
             self.filler.warm_up(msg.sample, msg.seed, msg.epoch)
             return
         # Tells the loader that a death from now on is this sample's doing (a shared pool's
