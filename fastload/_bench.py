@@ -79,11 +79,11 @@ def _single(ds: Any, bs: int, epochs: int) -> tuple[list[float], float]:
 
 
 def _fastload(ds: Any, bs: int, epochs: int, workers: int) -> tuple[list[float], float]:
-    import fastload
+    from .loader import Loader
 
     times, t0 = [], time.perf_counter()
     first = 0.0
-    with fastload.Loader(ds, bs, shuffle=True, seed=0, num_workers=workers) as loader:
+    with Loader(ds, bs, shuffle=True, seed=0, num_workers=workers) as loader:
         for _ in range(epochs):
             start = time.perf_counter()
             for _batch in loader:
@@ -111,9 +111,9 @@ def _builtin(argv: list[str]) -> int:
     cls, bs, n_full, n_quick = WORKLOADS[args.workload]
     n = n_quick if args.quick else n_full
     repeat = args.repeat or (1 if args.quick else 3)
-    import fastload
+    from ._version import __version__
 
-    print(f"fastload {fastload.__version__} bench (built-in): workload={args.workload} n={n} "
+    print(f"fastload {__version__} bench (built-in): workload={args.workload} n={n} "
           f"batch_size={bs}\n  workers={args.workers} epochs={args.epochs} repeat={repeat}; "
           f"{os.cpu_count()} CPUs, numpy {np.__version__}", flush=True)
     rates: dict[str, list[float]] = {"fastload": [], "single": []}

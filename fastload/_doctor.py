@@ -255,7 +255,7 @@ class _Progress:
 def _measure(ds: Any, bs: int, s: Setting, seconds: float, loader_kw: dict[str, Any],
              caught: list[str]) -> None:
     """One run of setting ``s``: appends its steady rate and the main CPU per sample."""
-    import fastload
+    from .loader import Loader
 
     kw = dict(loader_kw)
     if s.prefetch is not None:
@@ -263,7 +263,7 @@ def _measure(ds: Any, bs: int, s: Setting, seconds: float, loader_kw: dict[str, 
     warm = max(2, 2 * s.workers)  # batches: start-up, the first samples, the pipeline filling
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        with fastload.Loader(ds, bs, shuffle=True, seed=0, num_workers=s.workers, **kw) as ld:
+        with Loader(ds, bs, shuffle=True, seed=0, num_workers=s.workers, **kw) as ld:
             got = batches = 0
             t0 = c0 = 0.0
             deadline = math.inf
@@ -280,8 +280,8 @@ def _measure(ds: Any, bs: int, s: Setting, seconds: float, loader_kw: dict[str, 
                 # ``for batch in loader:`` loop (with num_workers=0 that decides whether its
                 # memory can be reused or fresh pages are mapped for every batch)
             elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-            if s.workers and ld._engine is not None and ld._engine.pool is not None:
-                pid = ld._engine.pool.pids()[0]
+            if s.workers and ld._worker_pids():
+                pid = ld._worker_pids()[0]
                 s.threads = _threads_of(pid) if pid else None
             stats = ld.stats()
     s.rates.append(got / elapsed)
@@ -312,8 +312,8 @@ def _rows(batch: Any, bs: int) -> int:
 def _memory_run(ds: Any, bs: int, workers: int, prefetch: int | None, epoch_s: float,
                 budget_s: float, loader_kw: dict[str, Any]) -> dict[str, Any]:
     """Each worker's memory after the first batch and after two epochs (or the budget)."""
-    import fastload
-    from fastload._memory import process_memory
+    from ._memory import process_memory
+    from .loader import Loader
 
     if workers == 0:
         return {}
@@ -322,7 +322,7 @@ def _memory_run(ds: Any, bs: int, workers: int, prefetch: int | None, epoch_s: f
         kw["prefetch"] = prefetch
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the growth is reported below, with numbers
-        with fastload.Loader(ds, bs, shuffle=True, seed=1, num_workers=workers, **kw) as ld:
+        with Loader(ds, bs, shuffle=True, seed=1, num_workers=workers, **kw) as ld:
             deadline = time.perf_counter() + budget_s
             start: dict[int, int] = {}
             epochs = 0
@@ -331,8 +331,7 @@ def _memory_run(ds: Any, bs: int, workers: int, prefetch: int | None, epoch_s: f
                 for k, batch in enumerate(ld):
                     del batch
                     if not start:
-                        assert ld._engine is not None and ld._engine.pool is not None
-                        for pid in ld._engine.pool.pids():
+                        for pid in ld._worker_pids():
                             mem = process_memory(pid) if pid is not None else None
                             if pid is not None and mem is not None:
                                 start[pid] = mem["private_dirty"]
@@ -343,15 +342,14 @@ def _memory_run(ds: Any, bs: int, workers: int, prefetch: int | None, epoch_s: f
                     break
                 epochs += 1
             rows = []
-            assert ld._engine is not None and ld._engine.pool is not None
-            for i, pid in enumerate(ld._engine.pool.pids()):
+            for i, pid in enumerate(ld._worker_pids()):
                 mem = process_memory(pid) if pid else None
                 if mem is None:
                     continue
                 growth = mem["private_dirty"] - start[pid] if pid in start else None
                 rows.append({"worker": i, "pid": pid, "uss": mem["uss"], "pss": mem["pss"],
                              "growth": growth})
-            suspects = ld._engine.suspects()
+            suspects = ld._unshared()
     over = "two epochs" if not cut else (
         f"{epochs} epoch(s) and part of the next: {budget_s:.0f} s allowed, an epoch takes "
         f"~{epoch_s:.0f} s")
@@ -422,9 +420,9 @@ def doctor(dataset: Any, batch_size: int = 64, workers: list[int] | int | None =
     if best.workers:
         import inspect
 
-        import fastload
+        from .loader import Loader
 
-        default = int(inspect.signature(fastload.Loader).parameters["prefetch"].default)
+        default = int(inspect.signature(Loader).parameters["prefetch"].default)
         pre = [Setting(best.workers, default), Setting(best.workers, 2 * default)]
         for r in range(repeat):
             for s in (pre if r % 2 == 0 else pre[::-1]):
@@ -486,9 +484,9 @@ def _warnings(ds: Any, settings: list[Setting], memory: dict[str, Any], found: l
     for msg in dict.fromkeys(found):  # in order, once each
         out.append(msg)
     try:
-        import fastload
+        from .loader import Loader
 
-        with fastload.Loader(ds, 1, num_workers=0, **loader_kw) as ld:
+        with Loader(ds, 1, num_workers=0, **loader_kw) as ld:
             next(iter(ld))
             layout = ld.layout
         if layout is not None and getattr(layout, "object_paths", None):

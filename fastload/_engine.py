@@ -31,7 +31,7 @@ from . import _messages as m
 from . import _ring
 from ._config import LoaderConfig
 from ._faults import Faults
-from ._iterable import filler_for
+from ._kinds import filler_for, kind_of, plan_for
 from ._mailbox import Mailbox
 from ._memory import MemoryWatch
 from ._passes import Pass, Passes
@@ -40,7 +40,6 @@ from ._scheduler import Scheduler, may_share
 from ._share import Sharing, share_dataset, unshared
 from ._slots import SlotTable
 from ._startup import Startup
-from ._stream import plan_of
 from ._wait import POLL_INTERVAL_S, Deadline
 from .errors import LoaderClosedError, WorkerDied
 from .layout import BatchLayout
@@ -73,10 +72,11 @@ class Engine:
         self.cfg = cfg
         self.dataset = dataset
         self.n = n
-        self.plan = plan_of(dataset, n, cfg)
+        self.kind = kind_of(dataset)  # NOTE [dataset kinds] (_kinds.py): decided once
+        self.plan = plan_for(dataset, self.kind, n, cfg)
         self.passes = Passes()  # NOTE [several passes] (_passes.py)
         self.plan.keep = self.passes.live  # a live epoch's batches are never forgotten
-        self.sched = Scheduler(cfg, self.plan, self.passes, may_share(cfg, self.plan, dataset))
+        self.sched = Scheduler(cfg, self.plan, self.passes, may_share(cfg, self.plan, self.kind))
         self.faults = Faults(cfg, self.passes, self.sched)  # deaths and skips (_faults.py)
         self.closed, self.closed_reason = False, ""
         self.layout: BatchLayout | None = None

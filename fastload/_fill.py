@@ -96,16 +96,18 @@ def sample_rng(index: int | None = None) -> Any:
 class BatchFiller:
     """A dataset's samples -> a slot (``worker_id`` None: the main process)."""
 
-    def __init__(self, dataset: Any, worker_id: int | None) -> None:
+    def __init__(self, dataset: Any, worker_id: int | None, getitems: bool = False,
+                 columns: bool = False, pieces: bool = False) -> None:
+        """The fast paths the dataset has (NOTE [dataset kinds] in _kinds.py, which decides
+        them: ``filler_for``)."""
         self.dataset = dataset
         self.worker_id = worker_id
-        self.getitems = getattr(dataset, "__getitems__", None)
-        columns = getattr(dataset, "_fastload_columns", None)
+        self.getitems = dataset.__getitems__ if getitems else None
         # fastload.ArrayDataset: rows are gathered in C, no Python call per sample.
-        self.columns: list[Any] | None = columns() if callable(columns) else None
+        self.columns: list[Any] | None = dataset._fastload_columns() if columns else None
         # fastload.NpyShards (through _stream.StreamView): a batch is pieces of shards, each
         # (its columns, its rows), gathered in C one after the other.
-        self.pieces: Any = getattr(dataset, "_fastload_pieces", None)
+        self.pieces: Any = dataset._fastload_pieces if pieces else None
         # NOTE [first samples] (_startup.py): (seed, epoch, index) -> (sample, or the exception
         # loading it raised), loaded before the layout was known, packed when its batch comes.
         self.warm: dict[tuple[int, int, int], tuple[bool, Any]] = {}

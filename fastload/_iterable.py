@@ -37,8 +37,7 @@ from ._plan import STATE_FORMAT, EpochPlan
 from ._ragged import RowError, VarImage
 from ._remote import pack_exception
 
-__all__ = ["is_iterable", "check_iterable_args", "IterPlan", "IterFiller", "StreamEnded",
-           "filler_for"]
+__all__ = ["is_iterable", "check_iterable_args", "IterPlan", "IterFiller", "StreamEnded"]
 
 _Array = np.ndarray[Any, Any]
 
@@ -75,13 +74,6 @@ def check_iterable_args(dataset: Any, *, shuffle: bool, shard: Any, batch_plan: 
 
 class StreamEnded(Exception):
     """The worker's iterator ended before the sample asked for (the probe)."""
-
-
-def filler_for(dataset: Any, worker_id: int | None, num_workers: int) -> BatchFiller:
-    """The fill path for ``dataset``: IterFiller for a plain iterable, else BatchFiller."""
-    if is_iterable(dataset):
-        return IterFiller(dataset, worker_id, num_workers)
-    return BatchFiller(dataset, worker_id)
 
 
 class _Stream:

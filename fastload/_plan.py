@@ -221,7 +221,7 @@ class EpochPlan:
         if (not isinstance(epoch, int) or not isinstance(position, int) or epoch < 0
                 or not (0 <= position <= self.nbatches)):
             raise ValueError(f"invalid state: epoch {epoch!r}, position {position!r}")
-        from ._config import check_seed
+        from ._settings import check_seed
 
         self.seed = check_seed(state.get("seed"), "the state's seed must be")
         self._orders.clear()

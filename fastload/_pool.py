@@ -25,8 +25,8 @@ from multiprocessing.reduction import send_handle
 from typing import Any, Protocol
 
 from . import _messages as m
-from ._config import PoolConfig
 from ._frames import FrameReader
+from ._settings import PoolConfig
 from ._worker import worker_main
 from .errors import WorkerDied
 

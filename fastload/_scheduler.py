@@ -34,17 +34,14 @@ from ._slots import SlotTable
 __all__ = ["Scheduler", "may_share", "shared_batch"]
 
 
-def may_share(cfg: Any, plan: Any, dataset: Any) -> bool:
+def may_share(cfg: Any, plan: Any, kind: Any) -> bool:
     """Whether a loader's batches may be shared (NOTE [sharing policy]): the setting, two
-    workers or more, a map-style dataset whose samples are loaded one ``__getitem__`` at a time
-    (not a whole batch through ``__getitems__`` or a gather in C), and no on_error="skip" (which
-    replaces a sample by another of its batch). The layout decides the rest (fixed-shape leaves
-    only: ``Scheduler.start``)."""
-    return bool(cfg.share_rows and cfg.num_workers > 1 and not plan.iterable
-                and cfg.on_error != "skip" and plan.rows <= _ring.MAX_SHARED_ROWS
-                and getattr(dataset, "__getitems__", None) is None
-                and not callable(getattr(dataset, "_fastload_columns", None))
-                and getattr(dataset, "_fastload_pieces", None) is None)
+    workers or more, a dataset of a ``kind`` loaded one ``__getitem__`` a sample (not a whole
+    batch through ``__getitems__`` or a gather in C: NOTE [dataset kinds] in _kinds.py), and
+    no on_error="skip" (which replaces a sample by another of its batch). The layout decides
+    the rest (fixed-shape leaves only: ``Scheduler.start``)."""
+    return bool(cfg.share_rows and cfg.num_workers > 1 and kind.per_sample
+                and cfg.on_error != "skip" and plan.rows <= _ring.MAX_SHARED_ROWS)
 
 
 def shared_batch(b: int, nbatches: int, workers: int, ahead: bool) -> bool:

@@ -34,6 +34,7 @@ import bisect
 import math
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,7 @@ from ._fill import _sample_ctx
 from ._plan import STATE_FORMAT, EpochPlan
 from .stream import ShardedStream
 
-__all__ = ["StreamView", "StreamPlan", "stream_view", "plan_of"]
+__all__ = ["StreamView", "StreamPlan", "stream_view"]
 
 _Array = np.ndarray[Any, Any]
 _OPEN_ITERATORS = 4  # shard iterators a worker keeps open (LRU)
@@ -319,11 +320,10 @@ class _ShardCounter:
 
 
 def stream_view(stream: ShardedStream, shuffle: bool, shuffle_buffer: int | None,
-                num_workers: int | None, start_method: str | None) -> StreamView:
-    """The StreamView of ``stream``: its shards, their lengths (counted in workers if need
-    be: NOTE [stream order]) and the shuffle window."""
-    from .loader import Loader
-
+                num_workers: int | None, start_method: str | None,
+                loader: Callable[..., Any] | None = None) -> StreamView:
+    """The StreamView of ``stream``: its shards, their lengths (counted in workers by a
+    ``loader``, fastload.Loader, if need be: NOTE [stream order]) and the shuffle window."""
     shards = list(stream.shards())
     window = DEFAULT_SHUFFLE_BUFFER if shuffle_buffer is None else shuffle_buffer
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
@@ -336,7 +336,8 @@ def stream_view(stream: ShardedStream, shuffle: bool, shuffle_buffer: int | None
     else:
         counter = _ShardCounter(stream, shards)
         nw = min(len(shards), num_workers if num_workers is not None else 2)
-        with Loader(counter, 1, num_workers=nw, start_method=start_method,
+        assert loader is not None, "counting a stream's shards needs fastload.Loader"
+        with loader(counter, 1, num_workers=nw, start_method=start_method,
                     share_dataset=False) as ld:
             lengths = [int(b[0]) for b in ld]
     for s, n in zip(shards, lengths):
@@ -434,17 +435,3 @@ class StreamPlan(EpochPlan):
                 gone[r * m: min(r * m + take, n)] = True
             left = left[~gone]
         return left
-
-
-def plan_of(dataset: Any, n: int | None, cfg: Any) -> EpochPlan:
-    """The plan of a Loader's dataset (a StreamView's, or the map-style one) from its config."""
-    from ._iterable import IterPlan, is_iterable
-
-    if is_iterable(dataset):
-        return IterPlan(dataset, cfg.batch_size, cfg.num_workers, cfg.drop_last, cfg.seed)
-    if isinstance(dataset, StreamView):
-        return StreamPlan(dataset, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
-                          drop_last=cfg.drop_last, shard=cfg.shard)
-    assert n is not None
-    return EpochPlan(n, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
-                     drop_last=cfg.drop_last, shard=cfg.shard, batch_plan=cfg.batch_plan)

@@ -23,7 +23,8 @@ import numpy as np
 
 from . import _messages as m
 from ._fill import WorkerInfo, set_worker_info
-from ._iterable import StreamEnded, filler_for
+from ._iterable import StreamEnded
+from ._kinds import filler_for
 from ._remote import pack_exception
 
 __all__ = ["worker_main"]

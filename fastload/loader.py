@@ -21,7 +21,8 @@ except ImportError as e:  # pragma: no cover - exercised only on broken installs
     ) from e
 
 from ._engine import Engine
-from ._iterable import check_iterable_args, is_iterable
+from ._iterable import check_iterable_args
+from ._kinds import kind_of
 from ._stream import stream_view
 from .stream import ShardedStream
 
@@ -318,11 +319,12 @@ class Loader:
                     "on_error='skip' replaces a failing sample by another sample of its batch, "
                     "which needs a map-style dataset; a ShardedStream's iter_shard cannot go on "
                     "after it raised. Skip bad records inside iter_shard (catch, log, continue)")
-            dataset = stream_view(dataset, shuffle, shuffle_buffer, num_workers, start_method)
+            dataset = stream_view(dataset, shuffle, shuffle_buffer, num_workers, start_method,
+                                  loader=Loader)
         elif shuffle_buffer is not None:
             raise ValueError("shuffle_buffer applies to a fastload.ShardedStream dataset; a "
                              "map-style dataset is shuffled whole (shuffle=True)")
-        iterable = is_iterable(dataset)
+        iterable = kind_of(dataset).iterable  # NOTE [dataset kinds] (_kinds.py)
         if on_error == "skip" and iterable:
             raise ValueError(
                 "on_error='skip' replaces a failing sample by another sample of its batch, "
@@ -425,6 +427,20 @@ class Loader:
         dataset attributes (pages of memory-mapped files it read are clean: never warned)."""
         assert self._engine is not None
         return self._engine.memory()
+
+    # -- for fastload's own front ends and tools (they never reach into the engine) --------
+    def _live_epochs(self) -> list[int]:
+        """The epochs of the live passes, oldest first (NOTE [several passes])."""
+        return list(self._engine.passes.live) if self._engine is not None else []
+
+    def _worker_pids(self) -> list[int | None]:
+        """The worker processes' pids (None: a worker not running now); [] without workers."""
+        e = self._engine
+        return e.pool.pids() if e is not None and e.pool is not None else []
+
+    def _unshared(self) -> list[str]:
+        """Large containers share_dataset left unshared, and why (NOTE [shared datasets])."""
+        return self._engine.suspects() if self._engine is not None else []
 
     def _len_or_unknown(self) -> int | str:
         try:

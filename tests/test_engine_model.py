@@ -37,7 +37,7 @@ from fastload.errors import LoaderTimeoutError
 
 _GATE_MAX_S = 20.0  # a sample never waits longer than this for the gate (never a hang)
 _STUCK_S = 0.25  # inside next() this long with the gate closed: the pass is waiting for it
-_TIMEOUT_S = 1.0  # the loader's timeout= when the example has one
+_TIMEOUT_S = 2.5  # the loader's timeout= when the example has one (room for a loaded machine)
 
 
 class Gated:

@@ -286,7 +286,7 @@ def test_one_fill_path_in_the_main_process_keeps_errors_and_context():
                 raise KeyError("no sample 3")
             return np.float64(fastload.sample_rng().integers(1000))
 
-    filler = BatchFiller(DS(), None)
+    filler = BatchFiller(DS(), None)  # no fast path: one __getitem__ a sample
     layout, batch = filler.load(None, np.array([0, 1]), 2, seed=5, epoch=2)
     again = [np.float64(np.random.Generator(np.random.PCG64(np.random.SeedSequence([5, 2, i])))
                         .integers(1000)) for i in (0, 1)]
@@ -352,3 +352,34 @@ def test_seeds_beyond_int64_are_refused_up_front():
             loader.load_state_dict({**state, "epoch": "0"})
         loader.load_state_dict(state)
         assert [b.tolist() for b in loader] == [[0.0, 1.0], [2.0, 3.0]]
+
+
+def test_the_dataset_kind_is_decided_once_with_its_fallbacks():
+    from fastload._kinds import kind_of
+    from fastload._scheduler import may_share
+
+    class Map:
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            return i
+
+    class Many(Map):
+        def __getitems__(self, idx):
+            return list(idx)
+
+    class Gen:
+        def __iter__(self):
+            yield 1
+
+    arrays = fastload.ArrayDataset(np.arange(6).reshape(3, 2))
+    got = {name: kind_of(ds) for name, ds in
+           (("map", Map()), ("getitems", Many()), ("iterable", Gen()), ("columns", arrays))}
+    assert {k: v.name for k, v in got.items()} == {k: k for k in got}
+    assert got["columns"].columns and got["columns"].getitems  # its fallback when not gathered
+    assert [k for k, v in got.items() if v.per_sample] == ["map"]
+    assert got["iterable"].iterable and not got["iterable"].positions
+    cfg = loader_config(n=3, num_workers=2)
+    plan = fastload._plan.EpochPlan(3, 2, shuffle=False, seed=1, drop_last=False)
+    assert [k for k, v in got.items() if v.positions and may_share(cfg, plan, v)] == ["map"]

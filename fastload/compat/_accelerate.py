@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["keep_fastload_in_accelerate"]
+__all__ = ["keep_fastload_in_accelerate", "register"]
+
+#: fastload.compat.torch.DataLoader, registered by that module when it is imported (this module
+#: imports nothing of it: no import cycle).
+_DATALOADER: list[type] = []
+
+
+def register(cls: type) -> None:
+    """The DataLoader class accelerate is to build (fastload.compat.torch's)."""
+    _DATALOADER[:] = [cls]
 
 
 def keep_fastload_in_accelerate() -> bool:
@@ -44,10 +53,10 @@ def keep_fastload_in_accelerate() -> bool:
 def _fastload_source(obj: Any) -> Any:
     """The fastload DataLoader behind what accelerate was handed (itself, or a DataLoaderShard
     around one, for skip_first_batches)."""
-    from fastload.compat.torch import DataLoader
-
+    if not _DATALOADER:
+        return None
     for dl in (obj, getattr(obj, "base_dataloader", None)):
-        if isinstance(dl, DataLoader):
+        if isinstance(dl, _DATALOADER[0]):
             return dl
     return None
 
@@ -63,11 +72,9 @@ def _rebuilding_fastload(fn: Any, adl: Any) -> Any:
         torch_dl = adl.DataLoader
 
         def build(dataset: Any, *a: Any, **kw: Any) -> Any:
-            from fastload.compat.torch import DataLoader
-
             kw.setdefault("max_held", src._max_held)
             kw.setdefault("copy", src._copy)
-            return DataLoader(dataset, *a, **kw)
+            return type(src)(dataset, *a, **kw)
 
         adl.DataLoader = build
         try:

@@ -1,0 +1,156 @@
+"""The part of fastload.compat.torch that runs in the workers: the dataset wrappers (tensors
+to NumPy arrays for fastload's stacking, or to slot-backed leaves for a custom collate_fn) and
+the worker initializer that seeds a worker as torch's ``_worker_loop`` does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterDataPipe
+
+import fastload
+from fastload.compat._leaves import encode
+
+__all__ = ["_TorchDataset", "_TorchDatasetGetitems", "_TorchIterable", "_WorkerInit",
+           "_tensors_out", "_to_numpy"]
+
+
+def _to_numpy(x: Any) -> Any:
+    """Worker side, torch's default collate: tensors -> NumPy arrays, leaves fastload does not
+    stack made opaque (fastload/compat/_leaves.py); any tuple, list and dict is walked, as
+    torch's collation walks any sequence and mapping."""
+    return encode(x, tensor_type=torch.Tensor)
+
+
+class _Tensor:
+    """A tensor leaf of an unstacked sample: its array travels through the slot (fastload's
+    pickler finds it: NOTE [unstacked batches] in fastload/_ragged.py) and unpickles, in the
+    main process, as ``torch.from_numpy`` of its view: a tensor again, zero-copy."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (torch.from_numpy, (self.array,))
+
+
+def _tensors_out(x: Any) -> Any:
+    """Worker side, a custom collate_fn: each tensor (in tuples, lists, dicts, namedtuples) as a
+    _Tensor; everything else as the dataset returned it."""
+    t = type(x)
+    if isinstance(x, torch.Tensor):
+        if x.layout != torch.strided or x.is_quantized or x.is_nested:
+            return x  # torch pickles it (a copy through the pipe)
+        try:
+            return _Tensor(x.detach().cpu().numpy())
+        except TypeError:  # a dtype NumPy lacks (bfloat16, ...): torch pickles it
+            return x
+    if t is dict:
+        return {k: _tensors_out(v) for k, v in x.items()}
+    if t is list:
+        return [_tensors_out(v) for v in x]
+    if t is tuple:
+        return tuple([_tensors_out(v) for v in x])
+    if isinstance(x, tuple) and hasattr(t, "_fields"):
+        return t(*[_tensors_out(v) for v in x])
+    return x
+
+
+class _TorchDataset:
+    """Picklable wrapper run in the workers: for torch's default collate, samples stacked by
+    fastload (tensors as NumPy arrays); ``unstacked`` (a custom collate_fn, batch_size=None),
+    samples as the dataset returned them, each tensor's data through the slot."""
+
+    def __init__(self, dataset: Any, unstacked: bool = False) -> None:
+        self.dataset = dataset
+        self.unstacked = unstacked
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        s = self.dataset[index]
+        return _tensors_out(s) if self.unstacked else _to_numpy(s)
+
+
+class _TorchIterable:
+    """A torch IterableDataset in the workers (a plain iterable for fastload: NOTE [iterable
+    datasets] in fastload/_iterable.py): its samples, converted as _TorchDataset's are."""
+
+    def __init__(self, dataset: Any, unstacked: bool = False, base_seed: int = 0) -> None:
+        self.dataset = dataset
+        self.unstacked = unstacked
+        self.base_seed = base_seed
+        #: num_workers=0: the seed DataLoader.__iter__ drew (a list: shallow copies share it)
+        self.seed_box: list[int | None] = [None]
+        self.passes = 0
+
+    def __iter__(self) -> Any:
+        out = _tensors_out if self.unstacked else _to_numpy
+        if isinstance(self.dataset, IterDataPipe):
+            self._seed_datapipe()
+        return (out(s) for s in self.dataset)
+
+    def _seed_datapipe(self) -> None:
+        """NOTE [datapipes]: torch seeds a DataPipe's random operations (its shuffle()) with
+        one seed per epoch shared by every worker, so that the workers' sharding_filter()s
+        split the same order. In this process (num_workers=0) the seed is torch's own draw
+        from the generator, as torch's iterator draws it; in a worker (nothing passes from the
+        main process to a worker's replica each epoch) it is derived from the base seed and the
+        pass number, the same in every worker: each epoch's shares are disjoint and complete,
+        and the order is deterministic given the base seed, but not torch's."""
+        seed = self.seed_box[0]
+        if seed is None or fastload.get_worker_info() is not None:
+            seed = int(np.random.SeedSequence([self.base_seed % 2**63, self.passes])
+                       .generate_state(1, np.uint64)[0] % 2**63)
+        self.passes += 1
+        torch.utils.data.graph_settings.apply_random_seed(
+            self.dataset, torch.Generator().manual_seed(seed))
+
+
+class _TorchDatasetGetitems(_TorchDataset):
+    """As torch's fetcher does, use the dataset's ``__getitems__`` when it has one."""
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:
+        out = _tensors_out if self.unstacked else _to_numpy
+        return [out(s) for s in self.dataset.__getitems__(indices)]
+
+
+class _WorkerInit:
+    """Seeds a worker as torch's _worker_loop does and publishes torch's get_worker_info()."""
+
+    def __init__(self, base_seed: int, num_workers: int, user_fn: Any,
+                 world: tuple[int, int] = (1, 0)) -> None:
+        self.base_seed = base_seed
+        self.num_workers = num_workers
+        self.user_fn = user_fn
+        self.world = world  # (world size, rank) in the main process, for DataPipe sharding
+
+    def __call__(self, worker_id: int) -> None:
+        import random
+
+        from torch.utils.data._utils import worker as tworker
+
+        torch.set_num_threads(1)
+        seed = self.base_seed + worker_id
+        random.seed(seed)
+        torch.manual_seed(seed)
+        np.random.seed(tworker._generate_state(self.base_seed, worker_id))
+        info = fastload.get_worker_info()
+        ds = info.dataset if info is not None else None
+        if isinstance(ds, (_TorchDataset, _TorchIterable)):
+            ds = ds.dataset
+        tworker._worker_info = tworker.WorkerInfo(
+            id=worker_id, num_workers=self.num_workers, seed=seed, dataset=ds
+        )
+        if isinstance(ds, IterDataPipe):  # torch's _sharding_worker_init_fn: its
+            # sharding_filter()s keep this worker's share (ranks first, then workers)
+            world, rank = self.world
+            torch.utils.data.graph_settings.apply_sharding(
+                ds, self.num_workers * world, worker_id * world + rank)
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
