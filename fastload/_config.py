@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._options import check_options
 from ._ragged import SampleSpec
 from ._settings import PoolConfig, _is_int, check_worker_args
 
@@ -79,35 +80,28 @@ class LoaderConfig:
     ) -> LoaderConfig:
         """Validate a Loader's arguments (``pool``: a fastload.Pool or None; ``n``: the
         dataset's length, None for a plain iterable)."""
+        c = check_options(dict(
+            batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, prefetch=prefetch,
+            timeout=timeout, max_held=max_held, copy=copy, on_worker_death=on_worker_death,
+            return_mask=return_mask, batch_plan=batch_plan, on_stall=on_stall, stack=stack,
+            share_dataset=share_dataset, on_error=on_error, max_skips=max_skips,
+            share_rows=share_rows,
+        ))
+        if c["max_skips"] is not None and on_error != "skip":
+            raise ValueError("max_skips applies with on_error='skip' (samples that raise "
+                             "are skipped, up to max_skips per epoch)")
+        if batch_plan is not None:
+            for what, given in (("shuffle=True", c["shuffle"]),
+                                (f"shard={shard!r}", shard is not None)):
+                if given:
+                    raise ValueError(
+                        f"{what} does not apply with batch_plan: the plan's batches are this "
+                        "process's epoch, in their order. Shuffle or split them inside "
+                        "batch_plan (e.g. with a torch sampler: fastload.compat.torch.DataLoader "
+                        "takes a DistributedSampler) and leave shuffle=False, shard=None"
+                    )
         rank_world = resolve_shard(shard)
-        sample_spec = SampleSpec.build(ragged, pad_value, pad_to_multiple, stack)
-        if on_worker_death not in ("raise", "restart"):
-            raise ValueError(
-                f"on_worker_death must be 'raise' or 'restart', got {on_worker_death!r}"
-            )
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        if max_skips is not None:
-            if not _is_int(max_skips) or max_skips < 0:
-                raise ValueError(f"max_skips must be None or an int >= 0, got {max_skips!r}")
-            if on_error != "skip":
-                raise ValueError("max_skips applies with on_error='skip' (samples that raise "
-                                 "are skipped, up to max_skips per epoch)")
-        if not _is_int(batch_size) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        if not _is_int(prefetch) or prefetch < 1:
-            raise ValueError(f"prefetch must be an int >= 1, got {prefetch!r}")
-        if not _is_int(max_held) or max_held < 0:
-            raise ValueError(f"max_held must be an int >= 0, got {max_held!r}")
-        if batch_plan is not None and not callable(batch_plan):
-            raise TypeError(f"batch_plan must be callable, got {type(batch_plan).__name__}")
-        if on_stall is not None and not (
-            isinstance(on_stall, tuple) and len(on_stall) == 2 and on_stall[0] > 0
-            and callable(on_stall[1])
-        ):
-            raise ValueError(f"on_stall must be (seconds > 0, callable), got {on_stall!r}")
-        if timeout is not None and not (timeout > 0):
-            raise ValueError(f"timeout must be None or > 0 seconds, got {timeout!r}")
+        sample_spec = SampleSpec.build(ragged, pad_value, pad_to_multiple, c["stack"])
         if num_workers is None and pool is None:
             num_workers = os.cpu_count() or 1
         seed = check_worker_args(num_workers, start_method, worker_init, seed, min_workers=0)
@@ -131,13 +125,13 @@ class LoaderConfig:
                 )
             num_workers = pool.num_workers
         return cls(
-            batch_size=batch_size, shuffle=bool(shuffle), seed=seed,
-            drop_last=bool(drop_last), num_workers=num_workers if n is None or n else 0,
-            prefetch=prefetch, start_method=start_method, worker_init=worker_init,
-            timeout=timeout, max_held=max_held, copy=bool(copy), on_worker_death=on_worker_death,
-            shard=rank_world, return_mask=bool(return_mask), batch_plan=batch_plan,
-            on_stall=on_stall, sample_spec=sample_spec, share_dataset=bool(share_dataset),
-            on_error=on_error, max_skips=max_skips, share_rows=bool(share_rows),
+            batch_size=batch_size, shuffle=c["shuffle"], seed=seed, drop_last=c["drop_last"],
+            num_workers=num_workers if n is None or n else 0, prefetch=prefetch,
+            start_method=start_method, worker_init=worker_init, timeout=timeout,
+            max_held=max_held, copy=c["copy"], on_worker_death=on_worker_death,
+            shard=rank_world, return_mask=c["return_mask"], batch_plan=batch_plan,
+            on_stall=on_stall, sample_spec=sample_spec, share_dataset=c["share_dataset"],
+            on_error=on_error, max_skips=max_skips, share_rows=c["share_rows"],
         )
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from multiprocessing.util import Finalize
 from typing import Any
 
 from ._config import LoaderConfig, dataset_len
+from ._options import OPTIONS, check_options, docstring_parameters
 from ._pool import Pool
 from .errors import LoaderClosedError
 from .layout import BatchLayout
@@ -136,134 +138,8 @@ def _warn_if_every_rank_gets_everything(engine: Engine) -> None:
 class Loader:
     """Batches of NumPy arrays from a dataset, loaded by persistent worker processes.
 
-    Parameters
-    ----------
-    dataset : object
-        Anything with ``__len__`` and ``__getitem__(int)``; a sample is an array, a scalar, or a
-        tuple / list / dict / namedtuple of them, nested to any depth. Leaves that are not
-        arrays or numbers (strings, arbitrary objects) are delivered as a list per batch. A
-        ``__getitems__(list_of_int)`` method, if present, is called once per batch instead.
-        Also a :class:`fastload.ShardedStream`, or a plain iterable (``__iter__`` and no
-        ``__getitem__``, e.g. torch's ``IterableDataset``): each worker then iterates its own
-        copy every epoch, as torch's workers do (split it with :func:`get_worker_info`), and
-        batches come round-robin from the workers (NOTE [iterable datasets] in
-        fastload/_iterable.py); ``len(loader)`` needs the dataset's ``__len__``.
-    batch_size : int
-        Samples per batch (the last batch may be smaller unless ``drop_last``).
-    shuffle : bool
-        Reshuffle every epoch. The order depends only on ``(seed, epoch)``.
-    seed : int, optional
-        Seed of the shuffle and of each worker's global RNGs; random if None.
-    drop_last : bool
-        Drop the last, incomplete batch.
-    num_workers : int, optional
-        Worker processes; None means ``os.cpu_count()``; 0 loads in the calling process with
-        identical results.
-    prefetch : int
-        Batches in flight per worker.
-    start_method : {"fork", "forkserver", "spawn"}, optional
-        How workers start. Default: fork when the parent is single-threaded on Linux, else
-        forkserver.
-    worker_init : callable, optional
-        Called once in each worker as ``worker_init(worker_id)`` before it loads anything.
-    timeout : float, optional
-        Seconds to wait for one batch before raising :class:`LoaderTimeoutError`.
-    max_held : int
-        Zero-copy batches the caller may hold at once; past that, batches are copies (see
-        NOTE [held batches] in fastload/_slots.py).
-    copy : bool
-        Always return owned copies instead of zero-copy views.
-    shard : (rank, world_size), "auto" or None
-        Load only this rank's share of every epoch (NOTE [rank sharding] in fastload/_plan.py):
-        ranks are disjoint, cover the dataset, and get the same number of batches; without
-        ``drop_last`` the last positions are padded with wrapped-around samples. ``"auto"`` reads
-        torchrun's ``RANK``/``WORLD_SIZE``, Slurm's ``SLURM_PROCID``/``SLURM_NTASKS`` or Open
-        MPI's ``OMPI_COMM_WORLD_RANK``/``OMPI_COMM_WORLD_SIZE`` (a single process if none is set).
-        ``None`` in one of several ranks warns at the first ``iter()`` (NOTE [one rank of
-        many]); ``(0, 1)`` means every rank should see everything and is not warned.
-    return_mask : bool
-        Yield ``(batch, mask)`` where ``mask`` is a bool array, False for padded duplicates, so
-        evaluation metrics can ignore them.
-    pool : fastload.Pool, optional
-        Use this pool's worker processes instead of starting new ones (``num_workers``,
-        ``start_method`` and ``worker_init`` are the pool's). The dataset is sent to the pool's
-        workers once, pickled. Closing the loader leaves the pool running.
-    on_worker_death : {"raise", "restart"}
-        What a dead worker (signal, ``os._exit``, OOM kill) does to the epoch. Either way the
-        worker is restarted. ``"raise"``: :class:`WorkerDied` ends the epoch. ``"restart"``: the
-        batch it was loading is loaded again by the fresh worker and the epoch goes on; a sample
-        that kills 3 workers raises :class:`WorkerDied` naming its index.
-    batch_plan : callable, optional
-        ``batch_plan(epoch)`` returns the epoch's batches as sequences of sample indices (for
-        samplers of your own: the front ends in :mod:`fastload.compat` drive torch's and
-        Chainer's samplers through it). It is called once per epoch, at the epoch's first
-        ``next()``, never ahead of it, so a sampler may depend on what happened before;
-        ``batch_size`` is then the largest batch it may return, and ``shuffle``,
-        ``drop_last`` and ``shard`` do not apply. The epoch number is the ``epoch`` attribute
-        of ``iter(loader)``. A loader with a batch plan cannot be resumed with
-        :meth:`load_state_dict` (the plan's owner knows where it was).
-    on_stall : (seconds, callback), optional
-        ``callback(description)`` is called once for each batch that takes longer than
-        ``seconds`` to arrive (also while the first sample, which sets the layout, is loading),
-        with a sentence saying which worker loads which sample; the wait goes on (unlike
-        ``timeout``).
-    ragged : {"list", "pad", "packed"} or dict, optional
-        Array leaves whose shape varies from sample to sample (same dtype and number of
-        dimensions); NOTE [ragged leaves] in fastload/_ragged.py. A mode for every array leaf
-        of 1 or more dimensions, or a dict from leaf (its path as errors print it, e.g.
-        ``"sample['tokens']"``, or a top-level dict key, ``"tokens"``) to a mode. A declared
-        leaf comes back in its mode in every batch: ``"list"``, a list of arrays (views);
-        ``"pad"``, :class:`fastload.Padded` ``(values, lengths)``, padded by the worker with
-        ``pad_value``; ``"packed"``, :class:`fastload.Packed` ``(values, offsets)``, the
-        samples concatenated along axis 0 (``offsets`` is ``cu_seqlens``). Ragged values are
-        written into the slot without pickling and read as views; a batch too large for its
-        slot travels over the worker's pipe (``stats()["spilled_batches"]``).
-    pad_value : number
-        What ``"pad"`` fills with (0).
-    pad_to_multiple : int, optional
-        ``"pad"`` rounds each varying extent up to a multiple of this (fewer distinct shapes
-        for compiled models).
-    stack : bool
-        ``False``: each batch is the list of its samples, each with its own structure (keys,
-        nesting, leaf types and shapes may differ from sample to sample; NOTE [unstacked
-        batches] in fastload/_ragged.py). Their arrays still travel through the slot without
-        pickling and come back as views; other leaves come back as themselves (pickled).
-    shuffle_buffer : int, optional
-        For a :class:`fastload.ShardedStream` with ``shuffle=True``: each shard's samples are
-        permuted within consecutive windows of this many samples (default 1024), besides the
-        shard order (NOTE [stream order] in fastload/_stream.py).
-    share_dataset : bool
-        Before the workers start, replace the dataset's large Python lists, tuples and dicts
-        (10,000 items or ~16 MiB; in its attributes, one level into plain containers of them,
-        and in objects it wraps) with :class:`fastload.SharedList` / :class:`fastload.SharedDict`
-        in the copy the workers get, so that every worker reads one shared copy instead of
-        copying it (fork: page by page as it reads; spawn/forkserver: unpickled whole). Your
-        object is not changed; ``stats()["shared_dataset"]`` lists what was shared (NOTE
-        [shared datasets] in fastload/_share.py). ``False`` sends the dataset as it is.
-    on_error : {"raise", "skip"}
-        What a sample whose ``__getitem__`` raises does. ``"raise"``: its batch raises the
-        error (rebuilt as :class:`WorkerError` from a worker) and the next ``next()`` goes on
-        with the next batch, as torch's iterator does. ``"skip"``: the sample is replaced by
-        the next sample of its batch that loads (wrapping round to the batch's first), so
-        batches keep their size and the result is the same for any ``num_workers`` and across
-        a resume; each replacement is logged (the first 10) and listed in
-        ``stats()["skipped"]``; a batch whose every sample raises still raises (NOTE [skipped
-        samples] in fastload/_fill.py). Map-style datasets only.
-    max_skips : int, optional
-        With ``on_error="skip"``: more than this many replaced samples in one epoch raise
-        :class:`SkipLimitError` (listing them) and end the epoch; None: no limit.
-    share_rows : bool
-        Let idle workers load the remaining samples of the oldest unfinished batch, so the
-        first batch and the last ones of an epoch do not wait for one worker while the others
-        idle (default True): the first batch of each epoch, its last ``2 * num_workers`` and
-        those loaded ahead for the next epoch are shared (a batch that takes less than 20 ms
-        to load is still taken whole by one worker), the others are each loaded by one
-        worker. It applies to map-style datasets
-        loaded one ``__getitem__`` at a time into fixed-shape batches (no ``__getitems__``,
-        ragged or object leaves, or ``on_error="skip"``), with two workers or more; the
-        batches are the same either way, only which worker loads which sample changes
-        (``get_worker_info().id`` may differ between the samples of a shared batch). NOTE
-        [shared rows] in csrc/fl_ring.c.
+    (The "Parameters" section is written from fastload/_options.py at import: see
+    ``_document_parameters``.)
 
     Examples
     --------
@@ -306,10 +182,14 @@ class Loader:
         share_rows: bool = True,
         **unknown: Any,
     ) -> None:
+        given = locals()
         self._engine: Engine | None = None
         self._world_checked = shard is not None  # NOTE [one rank of many]: said explicitly
         if unknown:
             raise TypeError(_unknown_arguments(unknown))
+        # Checked before anything uses them (a stream's shuffle, an iterable's checks);
+        # LoaderConfig.build checks them again with the rest.
+        shuffle = check_options({o.name: given[o.name] for o in OPTIONS})["shuffle"]
         if isinstance(dataset, ShardedStream):
             if batch_plan is not None:
                 raise ValueError("batch_plan cannot drive a ShardedStream: fastload plans the "
@@ -461,3 +341,16 @@ class Loader:
             f"<fastload.Loader batch_size={self.batch_size} num_workers={self.num_workers} "
             f"batches={self._len_or_unknown()} {state}>"
         )
+
+
+def _document_parameters(doc: str) -> str:
+    """Loader's docstring with its "Parameters" section, from the options' records
+    (fastload/_options.py), in place of the note that says so."""
+    head, sep, examples = doc.partition("    Examples\n")
+    head = head[: head.index("    (The \"Parameters\" section")]
+    params = textwrap.indent(docstring_parameters(), "    ")
+    return f"{head}{params}\n\n{sep}{examples}"
+
+
+if Loader.__doc__:  # None under python -OO
+    Loader.__doc__ = _document_parameters(Loader.__doc__)

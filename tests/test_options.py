@@ -1,0 +1,115 @@
+"""Loader's options defined once (fastload/_options.py): the signature, the docstring and
+docs/api.md agree with the records; bool options are checked; batch_plan refuses what it
+overrides."""
+
+from __future__ import annotations
+
+import doctest
+import inspect
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastload import _options
+from fastload._options import OPTIONS, REQUIRED
+from fastload.loader import Loader
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOLS = [o.name for o in OPTIONS if o.type == "bool"]
+
+
+def test_signature_is_the_records():
+    params = [p for p in inspect.signature(Loader.__init__).parameters.values()
+              if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    assert [p.name for p in params] == [o.name for o in OPTIONS]
+    for p, o in zip(params, OPTIONS):
+        default = REQUIRED if p.default is inspect.Parameter.empty else p.default
+        assert default == o.default and type(default) is type(o.default), o.name
+        positional = p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        assert positional == o.positional, o.name
+
+
+def test_docstring_has_every_option_and_its_examples_run():
+    doc = Loader.__doc__ or ""
+    assert _options.docstring_parameters().replace("\n", "\n    ") in doc
+    for o in OPTIONS:
+        assert f"\n    {o.name} : {o.type}\n" in doc
+    assert "Examples\n    --------" in doc
+    finder = doctest.DocTestFinder(recurse=False)
+    (test,) = finder.find(Loader, "Loader", globs={})
+    assert test.examples
+    result = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS).run(test)
+    assert result.failed == 0
+
+
+def test_api_md_agrees_with_the_records():
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    assert _options.render_api(text) == text, (
+        "docs/api.md's Loader signature or options table differs from fastload/_options.py: "
+        "run python -m fastload._options docs/api.md"
+    )
+    assert _options.api_table() in text
+    for name in BOOLS + ["share_rows", "on_error", "max_skips", "shuffle_buffer"]:
+        assert f"| `{name}` |" in text
+
+
+def test_bool_options_are_listed():
+    assert set(BOOLS) == {"shuffle", "drop_last", "copy", "return_mask", "stack",
+                          "share_dataset", "share_rows"}
+
+
+@pytest.mark.parametrize("name", BOOLS)
+@pytest.mark.parametrize("value, expected", [
+    (True, True), (False, False), (np.bool_(True), True), (np.bool_(False), False),
+    (1, True), (0, False), (np.int64(1), True),
+])
+def test_bool_options_take_bools_and_0_1(name, value, expected):
+    assert _options.boolean(name, value) is expected
+    # and the loader takes it (shuffle and share_rows included)
+    with Loader(np.arange(4), 2, num_workers=0, **{name: value}) as loader:
+        assert len(list(loader)) >= 1
+
+
+@pytest.mark.parametrize("name", BOOLS)
+@pytest.mark.parametrize("value, shown", [
+    ("False", "'False' (a str)"), (None, "None (a NoneType)"), (2, "2 (an int)"),
+    (1.0, "1.0 (a float)"), ([], "[] (a list)"), (np.int64(2), "np.int64(2) (an int64)"),
+])
+def test_bool_options_refuse_anything_else_naming_it(name, value, shown):
+    shown = shown if np.__version__ >= "2" else shown.replace("np.int64(2)", "2")
+    msg = f"{name} must be True or False, got {shown}"
+    with pytest.raises(TypeError, match=f"^{re.escape(msg)}$"):
+        Loader(np.arange(4), 2, num_workers=0, **{name: value})
+
+
+def test_share_dataset_false_as_a_string_is_refused():
+    # was: sharing turned ON ("False" is truthy)
+    with pytest.raises(TypeError, match=r"share_dataset must be True or False, got 'False' "
+                                        r"\(a str\)"):
+        Loader(np.arange(4), 2, num_workers=0, share_dataset="False")
+
+
+def test_stack_0_is_taken_as_false():
+    with Loader([np.zeros(2), np.ones(3)], 2, num_workers=0, stack=0) as loader:
+        (batch,) = list(loader)
+    assert isinstance(batch, list) and [len(a) for a in batch] == [2, 3]
+
+
+@pytest.mark.parametrize("kw, what", [
+    (dict(shuffle=True), "shuffle=True"),
+    (dict(shard=(0, 2)), r"shard=\(0, 2\)"),
+    (dict(shard="auto"), "shard='auto'"),
+    (dict(shard=(0, 1)), r"shard=\(0, 1\)"),
+])
+def test_batch_plan_refuses_shuffle_and_shard(kw, what):
+    with pytest.raises(ValueError, match=rf"^{what} does not apply with batch_plan: .*inside "
+                                         "batch_plan"):
+        Loader(np.arange(8), 2, num_workers=0, batch_plan=lambda e: [[0, 1]], **kw)
+
+
+def test_batch_plan_alone_and_with_shuffle_false_still_works():
+    with Loader(np.arange(8), 2, num_workers=0, shuffle=False, shard=None,
+                batch_plan=lambda e: [[3, 1], [0]]) as loader:
+        assert [b.tolist() for b in loader] == [[3, 1], [0]]
