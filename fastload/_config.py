@@ -59,7 +59,8 @@ class LoaderConfig:
 
     @property
     def nslots(self) -> int:
-        """NOTE [held batches] (_slots.py): the batches in flight plus those the user holds."""
+        """NOTE [held batches] (_slots.py): the batches in flight plus those the user holds
+        (none with ``copy``: build sets ``max_held`` to 0)."""
         return self.depth + self.max_held
 
     def pool_config(self) -> PoolConfig:
@@ -128,7 +129,9 @@ class LoaderConfig:
             batch_size=batch_size, shuffle=c["shuffle"], seed=seed, drop_last=c["drop_last"],
             num_workers=num_workers if n is None or n else 0, prefetch=prefetch,
             start_method=start_method, worker_init=worker_init, timeout=timeout,
-            max_held=max_held, copy=c["copy"], on_worker_death=on_worker_death,
+            # copy=True returns copies only: no slot is set aside for held batches
+            max_held=0 if c["copy"] else max_held, copy=c["copy"],
+            on_worker_death=on_worker_death,
             shard=rank_world, return_mask=c["return_mask"], batch_plan=batch_plan,
             on_stall=on_stall, sample_spec=sample_spec, share_dataset=c["share_dataset"],
             on_error=on_error, max_skips=max_skips, share_rows=c["share_rows"],

@@ -383,3 +383,9 @@ def test_the_dataset_kind_is_decided_once_with_its_fallbacks():
     cfg = loader_config(n=3, num_workers=2)
     plan = fastload._plan.EpochPlan(3, 2, shuffle=False, seed=1, drop_last=False)
     assert [k for k, v in got.items() if v.positions and may_share(cfg, plan, v)] == ["map"]
+
+
+def test_config_copy_sets_no_slots_aside_for_held_batches():
+    cfg = loader_config(num_workers=2, prefetch=3, max_held=4, copy=True)
+    assert (cfg.max_held, cfg.nslots) == (0, loader_config(num_workers=2, prefetch=3,
+                                                           max_held=0).nslots)

@@ -1,6 +1,6 @@
 """Loader's options defined once (fastload/_options.py): the signature, the docstring and
 docs/api.md agree with the records; bool options are checked; batch_plan refuses what it
-overrides."""
+overrides; copy=True sets no slots aside for held batches."""
 
 from __future__ import annotations
 
@@ -113,3 +113,29 @@ def test_batch_plan_alone_and_with_shuffle_false_still_works():
     with Loader(np.arange(8), 2, num_workers=0, shuffle=False, shard=None,
                 batch_plan=lambda e: [[3, 1], [0]]) as loader:
         assert [b.tolist() for b in loader] == [[3, 1], [0]]
+
+
+def _nslots(**kw):
+    with Loader(np.arange(16, dtype=np.float32), 2, num_workers=2, prefetch=2,
+                start_method="fork", **kw) as loader:
+        it = iter(loader)
+        next(it)
+        stats = loader.stats()
+        del it
+    return stats
+
+
+@pytest.mark.timeout(60)
+def test_copy_sets_no_slots_aside_for_held_batches():
+    copied = _nslots(copy=True)
+    assert copied["nslots"] == _nslots(max_held=0)["nslots"] == 2 * 2
+    assert copied["nslots"] < _nslots()["nslots"]
+    assert copied["copied_batches"] == 0  # copies asked for are not counted as fallbacks
+
+
+def test_copy_true_still_returns_owned_copies():
+    with Loader(np.arange(6, dtype=np.float32), 2, num_workers=0, copy=True,
+                max_held=5) as loader:
+        batches = list(loader)
+    assert all(b.base is None or isinstance(b.base, np.ndarray) for b in batches)
+    assert [b.tolist() for b in batches] == [[0, 1], [2, 3], [4, 5]]
