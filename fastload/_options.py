@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OPTIONS", "REQUIRED", "Option", "check_options", "docstring_parameters",
+__all__ = ["BY_NAME", "OPTIONS", "REQUIRED", "Option", "check_options", "docstring_parameters",
            "api_table", "api_signature"]
 
 

@@ -4,6 +4,7 @@ overrides; copy=True sets no slots aside for held batches."""
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import inspect
 import re
@@ -13,7 +14,8 @@ import numpy as np
 import pytest
 
 from fastload import _options
-from fastload._options import OPTIONS, REQUIRED
+from fastload._config import LoaderConfig
+from fastload._options import BY_NAME, OPTIONS, REQUIRED
 from fastload.loader import Loader
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +55,39 @@ def test_api_md_agrees_with_the_records():
     assert _options.api_table() in text
     for name in BOOLS + ["share_rows", "on_error", "max_skips", "shuffle_buffer"]:
         assert f"| `{name}` |" in text
+
+
+#: Options that LoaderConfig holds in another form (or not at all), and where they go.
+NOT_CONFIG_FIELDS = {
+    "dataset": "the Engine's", "pool": "the Engine's (num_workers is the pool's)",
+    "ragged": "sample_spec", "pad_value": "sample_spec", "pad_to_multiple": "sample_spec",
+    "stack": "sample_spec", "shuffle_buffer": "the stream view's (fastload/_stream.py)",
+}
+
+
+def test_loader_config_holds_every_option():
+    fields = {f.name for f in dataclasses.fields(LoaderConfig)}
+    for o in OPTIONS:
+        assert (o.name in fields) != (o.name in NOT_CONFIG_FIELDS), o.name
+
+
+def test_loader_config_build_defaults_are_the_records():
+    params = inspect.signature(LoaderConfig.build).parameters
+    for o in OPTIONS:
+        p = params.get(o.name)
+        if p is not None and p.default is not inspect.Parameter.empty:
+            assert p.default == o.default, o.name
+
+
+def test_readme_api_block_shows_the_records_defaults():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text[text.index("loader = fastload.Loader(") : text.index("\n)\n")]
+    shown = dict(re.findall(r"\b(\w+)=(None|True|False|\"\w+\"|-?\d+)", block))
+    assert len(shown) >= 10
+    for name, value in shown.items():
+        assert name in BY_NAME, name
+        default = BY_NAME[name].default
+        assert value == (f'"{default}"' if isinstance(default, str) else repr(default)), name
 
 
 def test_bool_options_are_listed():
