@@ -58,6 +58,28 @@ def test_config_rejects_bad_values_naming_them(kw, match):
         loader_config(**kw)
 
 
+@pytest.mark.parametrize("kw, match", [
+    (dict(share_dataset="False"), r"share_dataset must be True or False, got 'False' \(a str\)"),
+    (dict(shuffle=2), r"shuffle must be True or False, got 2 \(an int\)"),
+    (dict(stack=None), r"stack must be True or False, got None"),
+])
+def test_config_refuses_bools_that_are_not(kw, match):
+    with pytest.raises(TypeError, match=match):
+        loader_config(**kw)
+
+
+def test_config_takes_numpy_bools_and_0_1_as_bools():
+    cfg = loader_config(shuffle=np.bool_(True), drop_last=1, copy=0, share_rows=np.int8(0))
+    assert (cfg.shuffle, cfg.drop_last, cfg.copy, cfg.share_rows) == (True, True, False, False)
+    assert all(type(v) is bool for v in (cfg.shuffle, cfg.drop_last, cfg.copy, cfg.share_rows))
+
+
+@pytest.mark.parametrize("kw", [dict(shuffle=True), dict(shard=(1, 2)), dict(shard="auto")])
+def test_config_refuses_batch_plan_with_shuffle_or_shard(kw):
+    with pytest.raises(ValueError, match="does not apply with batch_plan"):
+        loader_config(batch_plan=lambda epoch: [[0]], **kw)
+
+
 def test_pool_config_defaults_and_seed():
     cfg = PoolConfig.build(None, None, None, None)
     assert cfg.num_workers >= 1 and 0 <= cfg.seed < 2**63
