@@ -9,7 +9,7 @@ from typing import Any
 
 from ._options import check_options
 from ._ragged import SampleSpec
-from ._settings import PoolConfig, _is_int, check_worker_args
+from ._settings import PoolConfig, check_worker_args
 
 __all__ = ["PoolConfig", "LoaderConfig", "check_worker_args", "dataset_len", "resolve_shard",
            "distributed_world"]
