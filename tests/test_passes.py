@@ -18,6 +18,7 @@ import pytest
 
 import fastload
 from fastload._passes import Passes
+from helpers.passes import FailsAt, GatedAt, Marked, OnlyWorkersImport
 from fastload.errors import LoaderTimeoutError, SkipLimitError
 
 # -- the pure logic ------------------------------------------------------------------------------
@@ -77,21 +78,6 @@ def test_superseded_passes_say_why():
 # -- the failures, end to end ---------------------------------------------------------------------
 
 
-class SlowAt:
-    """Sample i: [i]; sample ``slow`` sleeps ``delay`` seconds first."""
-
-    def __init__(self, n: int, slow: int = -1, delay: float = 0.0) -> None:
-        self.n, self.slow, self.delay = n, slow, delay
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        if i == self.slow:
-            time.sleep(self.delay)
-        return np.array([i])
-
-
 class Interrupted(Exception):
     """What a preemption handler raises."""
 
@@ -114,15 +100,17 @@ def _rows(b: np.ndarray) -> list[int]:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("nw, how", [(0, "signal"), (2, "signal"), (2, "timeout")])
-def test_a_checkpoint_after_an_interrupt_inside_next_resumes_at_the_lost_batch(nw, how):
-    # batch 3 holds the slow sample 6: the interrupt lands while next() waits for (or, with
-    # num_workers=0, loads) it; the state saved then must resume at batch 3, not at epoch 1
+def test_a_checkpoint_after_an_interrupt_inside_next_resumes_at_the_lost_batch(nw, how,
+                                                                              tmp_path):
+    # batch 3 holds a sample that cannot load while the gate is closed: the interrupt lands
+    # while next() waits for (or, with num_workers=0, loads) it; the state saved then must
+    # resume at batch 3, not at epoch 1
     kw = dict(batch_size=2, num_workers=nw, prefetch=1, shuffle=True, seed=5)
-    ds = SlowAt(20, slow=-1)
-    order = [_rows(b) for b in fastload.Loader(ds, **kw)]
-    slow = order[3][0]
-    loader = fastload.Loader(SlowAt(20, slow=slow, delay=1.5),
-                             **kw, **({"timeout": 0.3} if how == "timeout" else {}))
+    order = [_rows(b) for b in fastload.Loader(GatedAt(20), **kw)]
+    gate = tmp_path / "gate"
+    gate.touch()
+    loader = fastload.Loader(GatedAt(20, slow=order[3][0], gate=str(gate)),
+                             **kw, **({"timeout": 1.0} if how == "timeout" else {}))
     interrupted = InterruptedBase if nw == 0 else Interrupted
     old = signal.signal(signal.SIGALRM, _raiser(interrupted))
     try:
@@ -136,52 +124,52 @@ def test_a_checkpoint_after_an_interrupt_inside_next_resumes_at_the_lost_batch(n
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        gate.unlink()
     state = loader.state_dict()
     loader.close()
     assert (state["epoch"], state["position"]) == (0, 3)
-    with fastload.Loader(ds, **kw) as resumed:
+    with fastload.Loader(GatedAt(20), **kw) as resumed:
         resumed.load_state_dict(state)
         assert [_rows(b) for b in resumed] == order[3:]
 
 
+def _alive(pid: int) -> bool:
+    """Whether a thread of process ``pid`` still runs (a SIGKILLed worker's main thread is a
+    zombie while its other threads exit; its pipes close only after the last one)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return False
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in "ZX":
+                    return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
 @pytest.mark.timeout(60)
-def test_a_worker_killed_between_epochs_costs_the_next_epoch_nothing(caplog):
+def test_a_worker_killed_between_epochs_costs_the_next_epoch_nothing(caplog, tmp_path):
     # the queue runs ahead into epoch 1 while the user is between epochs; a worker killed then
-    # (the OOM killer during validation) is judged at iter(): its batch is re-queued
-    ds = SlowAt(8, slow=-1)
-    loader = fastload.Loader(_Sleepy(8, 0.2), batch_size=2, num_workers=2, prefetch=2,
-                             on_worker_death="raise")
+    # (the OOM killer during validation), in the middle of a sample of epoch 1, is judged at
+    # iter(): its batch is re-queued
+    loader = fastload.Loader(Marked(8, 0.3, str(tmp_path)), batch_size=2, num_workers=2,
+                             prefetch=2, on_worker_death="raise")
     with loader, caplog.at_level(logging.WARNING, logger="fastload"):
         assert [i for b in loader for i in _rows(b)] == list(range(8))
-        time.sleep(0.1)  # both workers are loading batches of epoch 1 (0.2 s a sample)
-        os.kill(loader._engine.pool.pids()[0], signal.SIGKILL)
-        time.sleep(0.1)
+        seen = set(os.listdir(tmp_path))
+        end = time.monotonic() + 10
+        while not (new := set(os.listdir(tmp_path)) - seen) and time.monotonic() < end:
+            time.sleep(0.005)  # until a worker begins a sample of epoch 1
+        assert new, "no worker began a sample of epoch 1"
+        victim = int(sorted(new)[0].split("-")[0])
+        os.kill(victim, signal.SIGKILL)  # in the middle of that sample (0.3 s)
+        while _alive(victim) and time.monotonic() < end:
+            time.sleep(0.005)  # dead (a zombie) before iter(), as in validation
         assert [i for b in loader for i in _rows(b)] == list(range(8))
     assert "re-queued its batch of the next epoch" in caplog.text
-    del ds
-
-
-class _Sleepy(SlowAt):
-    def __init__(self, n: int, delay: float) -> None:
-        super().__init__(n)
-        self.delay = delay
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        time.sleep(self.delay)
-        return np.array([i])
-
-
-class FailsAt:
-    def __init__(self, n: int, bad: tuple[int, ...]) -> None:
-        self.n, self.bad = n, bad
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        if i in self.bad:
-            raise ValueError(f"sample {i} is bad")
-        return np.array([i])
 
 
 @pytest.mark.timeout(60)
@@ -196,24 +184,6 @@ def test_resume_with_a_failing_first_sample_delivers_the_resumed_batches(nw):
         assert [_rows(b) for b in loader] == [[4, 5], [6, 7], [8, 9]]
         with pytest.raises(ValueError, match="sample 0 is bad"):  # its own epoch still raises
             list(loader)
-
-
-class OnlyWorkersImport:
-    """Sample 2 holds an object whose class only the workers can import."""
-
-    def __init__(self, n: int, path: str, module: str) -> None:
-        self.n, self.path, self.module = n, path, module
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> dict:
-        obj = None
-        if i == 2:
-            if self.path not in sys.path:
-                sys.path.insert(0, self.path)
-            obj = __import__(self.module).Obj()
-        return {"x": np.array([i]), "o": obj}
 
 
 @pytest.mark.timeout(60)
