@@ -83,6 +83,10 @@ class Engine:
         self.counters = {"copied_batches": 0, "spilled_batches": 0, "worker_restarts": 0}
         self.shared_pool = pool  # a fastload.Pool (kept alive while this loader is), or None
         self._last_check = time.monotonic()
+        #: the first wait for a batch (NOTE [bounded waits] in _wait.py): no Deadline is made
+        #: for a batch that comes within it
+        self._first_wait = min(POLL_INTERVAL_S, cfg.timeout or POLL_INTERVAL_S,
+                               cfg.on_stall[0] if cfg.on_stall else POLL_INTERVAL_S)
         self.filler = filler_for(dataset, None, 0) if cfg.num_workers == 0 else None
         if self.filler is not None:
             self.filler.skip = cfg.on_error == "skip"
@@ -180,9 +184,16 @@ class Engine:
         self.sched.pass_ended(p.epoch, drop=False)
 
     def next_batch(self, epoch: int, token: int) -> Any:
-        self.check_usable()
-        p = self.passes.get(epoch, token)
-        total = self.plan.nbatches_of(epoch)
+        if self.closed or os.getpid() != self.pid:
+            self.check_usable()
+        p = self.passes.live.get(epoch)  # (the hot path: Passes.get says why when it is not)
+        if p is None or p.token != token:
+            p = self.passes.get(epoch, token)
+        total = p.total
+        if total is None:
+            total = self.plan.nbatches_of(epoch)
+            if not self.plan.iterable:
+                p.total = total
         b = p.position
         if b >= total:
             self._finish(p)
@@ -227,17 +238,24 @@ class Engine:
 
     # -- the worker path ---------------------------------------------------------------------
     def _worker_batch(self, p: Pass) -> Any:
+        """NOTE [data path]. The parent's hot path: one refill (which reaps), one wait that
+        returns the slot's result, one delivery per batch (issue 30: under 40 Python calls a
+        batch in the steady state, ``benchmarks/bench_calls.py``)."""
         epoch = p.epoch
-        if self.slots is None:
+        slots = self.sched.slots
+        if slots is None:
             self._setup_region(p)
-        assert (slots := self.slots) is not None
+            slots = self.sched.slots
+            assert slots is not None
         if self.faults.pending or p.lost or time.monotonic() - self._last_check > POLL_INTERVAL_S:
             self._check_workers(p)  # also while data flows: a worker may have died idle
         plan = self.plan
         room: Deadline | None = None
         while True:
-            self._refill(epoch)
-            task = slots.first_of(epoch)
+            self._refill(epoch)  # the slots the user let go, then up to the prefetch depth
+            inflight = slots.inflight
+            task = inflight[0] if inflight and inflight[0].epoch == epoch else slots.first_of(
+                epoch)
             if task is None:
                 if plan.iterable and plan.all_ended(epoch):
                     return _ENDED
@@ -250,63 +268,70 @@ class Engine:
                 time.sleep(0.001)
                 continue
             assert plan.iterable or task.batch == p.position
-            word = self._wait_slot(task.slot, p)
+            state, owner, _, rows, count, flags, var_bytes, pid, word = self._wait_slot(
+                task.slot, p)
             slots.take(task)
             assert self.mail is not None and self.layout is not None
-            info, spilled = slots.ring.slot_info(task.slot), None  # info["pid"]: who published
-            if _ring.state_bits(word)[0] == _ring.FAILED:
+            spilled = None
+            if state == _ring.FAILED:
                 slots.release(task.slot)
                 p.position += 1  # its samples raised: the next next() goes on
                 what = f"batch {task.batch} of epoch {epoch}"
-                self.mail.raise_failure(task.slot, task.seq, word, what, info["pid"])
-            if not plan.done(epoch, task.batch, info["rows"], info["flags"]):
+                self.mail.raise_failure(task.slot, task.seq, word, what, pid)
+            if plan.iterable and not plan.done(epoch, task.batch, rows, flags):
                 slots.release(task.slot)  # NOTE [iterable datasets]: no batch, skipped
                 continue
-            if self.layout.n_objects and info["flags"] & _ring.F_SPILLED:
-                spilled = self.mail.spilled_image(task.slot, task.seq, word, info["pid"],
+            if flags & _ring.F_SPILLED and self.layout.n_objects:
+                spilled = self.mail.spilled_image(task.slot, task.seq, word, pid,
                                                   self.cfg.on_worker_death)
                 if spilled is None:  # restart mode: its worker died before it sent it: again
-                    slots.redo(task, info["count"])
+                    slots.redo(task, count)
                     continue
                 self.counters["spilled_batches"] += 1
-            if info["flags"] & _ring.F_SKIPPED:
+            if flags & _ring.F_SKIPPED:
                 try:
-                    self.faults.note_skips(p, self.mail.skipped(task.slot, task.seq, word,
-                                                              info["pid"]))
+                    self.faults.note_skips(p, self.mail.skipped(task.slot, task.seq, word, pid))
                 except BaseException:
                     slots.release(task.slot)
                     raise
             try:
-                batch = slots.deliver(task.slot, info["rows"], info["var_bytes"], spilled,
-                                      self.cfg.copy, self.cfg.max_held)
+                return slots.deliver(task.slot, rows, var_bytes, spilled, self.cfg.copy,
+                                     self.cfg.max_held)
             except Exception as e:  # an object leaf the main process cannot unpickle: the
                 p.position += 1  # batch is consumed (NOTE [errors do not end the epoch])
                 e.add_note(_undeliverable(epoch, task.batch, plan.batch(epoch, task.batch),
-                                          _ring.state_bits(word)[1], info["pid"]))
+                                          owner, pid))
                 raise
-            self._refill(None)
-            return batch
 
     def _refill(self, want: int | None) -> None:
         """Queue tasks (NOTE [queueing passes] in _scheduler.py); wake the workers."""
-        self._end_dropped()
+        if self.passes.dropped_queue:
+            self._end_dropped()
         if self.sched.refill(want):  # a shared batch: every idle worker may take rows of it
             slots = self.sched.slots
             assert slots is not None and self.pool is not None
             self.pool.bell.ring(slots.shared_queued)
             slots.shared_queued = False
 
-    def _wait_slot(self, slot: int, p: Pass) -> int:
-        """The slot's word once READY or FAILED (FREE: NOTE [pool callbacks])."""
-        assert self.slots is not None
-        ring, wait = self.slots.ring, Deadline(self.cfg.timeout, self.cfg.on_stall)
+    def _wait_slot(self, slot: int, p: Pass) -> Any:
+        """The slot's result (RingIndex.await_result) once READY or FAILED (FREE: NOTE [pool
+        callbacks] in _faults.py). A batch that is there within the first step costs no
+        Deadline."""
+        slots = self.sched.slots
+        assert slots is not None
+        ring, first = slots.ring, self._first_wait
+        got = ring.await_result(slot, first)
+        if got and got[0] != _ring.FREE:
+            return got
+        wait = Deadline(self.cfg.timeout, self.cfg.on_stall, elapsed=first if got is None else 0)
         while True:
-            word = ring.wait(slot, wait.step())
-            if word >= 0 and _ring.state_bits(word)[0] != _ring.FREE:
-                return int(word)
-            self._check_workers(p)  # waits for the pool's lock: the verdict is there then
-            wait.check(lambda: self.slots.why_late(slot))  # type: ignore[union-attr]
-            time.sleep(0.001 if word >= 0 else 0)  # (never spin on a FREE slot)
+            self._check_workers(p)  # closed? dead workers? (it waits for the pool's lock: the
+            wait.check(lambda: slots.why_late(slot))  # verdict of a FREE slot is there then)
+            if got is not None:
+                time.sleep(0.001)  # never spin on a FREE slot
+            got = ring.await_result(slot, wait.step())
+            if got and got[0] != _ring.FREE:
+                return got
 
     # -- the region ---------------------------------------------------------------------------
     def _setup_region(self, p: Pass) -> None:

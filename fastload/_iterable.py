@@ -271,6 +271,8 @@ class IterPlan(EpochPlan):
             ) from None
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
+    targeted = True
+
     def target(self, epoch: int, b: int) -> int | None:
         return self._of(epoch).task(b)[0] if self.workers else None
 

@@ -43,12 +43,15 @@ class Pass:
     ``load_state_dict``; a pass id cannot), the batches it consumed, what ``on_error="skip"``
     replaced in it, and a death's error that cost it a batch (raised at its next step)."""
 
-    __slots__ = ("epoch", "token", "position", "skips", "lost")
+    __slots__ = ("epoch", "token", "position", "skips", "lost", "total")
 
     def __init__(self, epoch: int, token: int, position: int) -> None:
         self.epoch = epoch
         self.token = token
         self.position = position
+        #: its batches, once known (the engine asks the plan at the first next(): a batch
+        #: plan is never asked before; a plain iterable's count is never fixed)
+        self.total: int | None = None
         self.skips: list[tuple[Any, str]] = []
         self.lost: BaseException | None = None
 
@@ -67,7 +70,8 @@ class Passes:
         self.left: tuple[int, int] | None = None  # the newest pass stopped unfinished
         self.superseded: dict[int, str] = {}  # pass id -> why another call ended it
         self._ids = itertools.count()
-        self._dropped: deque[tuple[int, int]] = deque()  # (epoch, pass id), any thread
+        #: (epoch, pass id) of iterators dropped (any thread) since ``take_dropped`` last ran
+        self.dropped_queue: deque[tuple[int, int]] = deque()
 
     # -- starting and looking up -------------------------------------------------------------
     def start(self) -> Pass:
@@ -117,13 +121,13 @@ class Passes:
 
     def dropped(self, epoch: int, token: int) -> None:
         """An iterator was dropped (any thread: only noted; ``take_dropped`` acts on it)."""
-        self._dropped.append((epoch, token))
+        self.dropped_queue.append((epoch, token))
 
     def take_dropped(self) -> list[Pass]:
         """Stop the live passes whose iterators were dropped; the passes stopped."""
         out = []
-        while self._dropped:
-            e, token = self._dropped.popleft()
+        while self.dropped_queue:
+            e, token = self.dropped_queue.popleft()
             p = self.live.get(e)
             if p is not None and p.token == token and self.stop(p):
                 out.append(p)

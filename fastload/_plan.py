@@ -37,6 +37,8 @@ class EpochPlan:
     #: A plain iterable's plan (fastload/_iterable.py): batches targeted at one worker, whose
     #: number is known only once every worker's iterator has ended.
     iterable = False
+    #: Whether some batches must go to one worker (``target``): a plain iterable's.
+    targeted = False
     #: Epochs whose orders and batches are kept whatever the epoch asked for (the live passes:
     #: a batch plan's sampler cannot be asked twice for one epoch; NOTE [several passes]).
     keep: Any = ()

@@ -401,6 +401,36 @@ cdef class RingIndex(_Mapped):
         _check(rc, f"waiting for slot {slot}")
         return state
 
+    def await_result(self, long long slot, double timeout):
+        """[parent] Wait (GIL released) up to ``timeout`` s for ``slot`` to be done, then read
+        its result in the same call (the parent's hot path: one call per batch).
+
+        Returns None on timeout, False if the ring was closed (by another thread), else the
+        tuple ``(state, owner, seq, rows, count, flags, var_bytes, pid, word)``: ``state`` is
+        READY or FAILED, or FREE when a reclaim abandoned the batch; ``owner`` the worker that
+        published it (named in errors); ``rows`` the rows it holds (a plain iterable's last
+        batch may hold fewer than ``count``); ``word`` the raw state word (for messages filed
+        by it)."""
+        if self._mem == NULL:
+            return False
+        cdef void *m = self._mem
+        self._slot_ok(slot)
+        cdef uint32_t state = 0
+        cdef int64_t ns = _to_ns(timeout)
+        cdef int rc
+        cdef fl_slot_info i
+        self._enter()
+        with nogil:
+            rc = fl_ring_wait(m, slot, ns, &state)
+            if rc == FL_OK:
+                rc = fl_ring_slot_info(m, slot, &i)
+        self._leave()
+        if rc == FL_ETIMEOUT:
+            return None
+        _check(rc, f"waiting for slot {slot}")
+        return (FL_STATE_BITS(state), FL_OWNER_BITS(state), i.seq, i.rows, i.count, i.flags,
+                i.var_bytes, i.pid, state)
+
     def begin_read(self, long long slot):
         cdef void *m = self._m()
         self._slot_ok(slot)

@@ -65,6 +65,8 @@ class Scheduler:
         self.share = share
         self.slots: SlotTable | None = None  # the shared region, once the layout is known
         self.queued: dict[int, int] = {}  # epoch -> its next batch to queue
+        self.depth = cfg.depth  # tasks in flight at most (refill's; read once)
+        self.prepared = -1  # the epoch whose order was computed ahead last (_queue)
         #: NOTE [first samples] (_startup.py): the first batch's rows each worker loaded
         self.given: tuple[int, int, list[int]] | None = None  # (epoch, batch, row -> worker)
 
@@ -93,29 +95,41 @@ class Scheduler:
         if self.slots is not None:
             self.slots.drop_tasks()
         self.queued = {epoch: position}
+        self.prepared = -1
 
     # -- queueing ----------------------------------------------------------------------------
     def refill(self, want: int | None) -> bool:
         """Queue tasks: first the next batch of the pass over ``want`` if it has none in flight,
         then up to the prefetch depth, the live epoch with the fewest tasks in flight first,
         then one epoch ahead. Whether a worker should be woken for a shared batch."""
-        slots, plan = self.slots, self.plan
+        slots = self.slots
         assert slots is not None
         slots.reap()
         queued = False
-        if want is not None and slots.first_of(want) is None and self._left(want):
-            if not slots.free:
+        inflight, free, depth = slots.inflight, slots.free, self.depth
+        if want is not None and not (inflight and inflight[0].epoch == want) and (
+                slots.first_of(want) is None and self._left(want)):
+            if not free:
                 self._make_room(want)
-            if slots.free:
+            if free:
                 queued = self._queue(want)
-        while slots.can_queue(self.cfg.depth):
+        room = depth - len(inflight)
+        live = self.passes.live
+        try:
+            (only,) = live  # one pass: the usual case
+        except ValueError:
+            only = None
+        while room > 0 and free:
+            if only is not None and self._queue(only):  # (no need to pick)
+                room -= 1
+                queued = True
+                continue
+            only = None
             e = self._pick()
             if e is None or not self._queue(e):
                 break
+            room -= 1
             queued = True
-        newest = self.passes.newest
-        if newest is not None and 2 * self.queued.get(newest, 0) >= plan.nbatches_of(newest):
-            plan.prepare(newest + 1)  # shuffle the next epoch halfway through this one
         return queued
 
     def _left(self, e: int) -> bool:
@@ -130,6 +144,10 @@ class Scheduler:
         assert slots is not None
         best: tuple[int, int] | None = None
         live = self.passes.live
+        if len(live) == 1:  # one pass (the usual case): no counting
+            (e,) = live
+            if self.queued.get(e, 0) < self.plan.nbatches_of(e):  # _left(e)
+                return e
         for e in live:
             if self._left(e):
                 n = slots.count_of(e)
@@ -149,16 +167,22 @@ class Scheduler:
         slots, plan = self.slots, self.plan
         assert slots is not None
         b = self.queued.get(e, 0)
-        if b >= plan.nbatches_of(e) or not slots.free:
+        n = plan.nbatches_of(e)
+        if b >= n or not slots.free:
             return False
         self.queued[e] = b + 1
+        if 2 * (b + 1) >= n and self.prepared <= e:  # halfway through epoch e: shuffle the
+            self.prepared = e + 1  # next one now, not when the queue reaches it
+            plan.prepare(e + 1)
         owners: list[int] | None = None  # not shared
-        if slots.shared and shared_batch(b, plan.nbatches_of(e), self.cfg.num_workers,
-                                         ahead=not self.passes.is_live(e)):
+        # shared_batch(), inline (the hot path)
+        if slots.shared and (b == 0 or b >= n - 2 * self.cfg.num_workers
+                             or e not in self.passes.live):
             owners = []
             if self.given is not None and self.given[:2] == (e, b):
                 owners, self.given = self.given[2], None
-        slots.queue(e, b, plan.batch(e, b), plan.seed, plan.target(e, b), owners)
+        slots.queue(e, b, plan.batch(e, b), plan.seed,
+                    plan.target(e, b) if plan.targeted else None, owners)
         return True
 
     def _make_room(self, want: int) -> None:

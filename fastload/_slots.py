@@ -48,11 +48,14 @@ class SlotMap:
     def base(self, slot: int) -> int:
         return int(self.data_offset + slot * self.slot_bytes)
 
-    def write_task(self, slot: int, indices: Any, seed: int) -> None:
-        lay = self.layout
-        task = np.frombuffer(self.mm, np.int64, lay.batch_size + 1, self.base(slot))
-        task[: len(indices)] = indices
+    def write_task(self, slot: int, indices: Any, seed: int) -> int:
+        """Write a task's sample indices and seed into ``slot``; returns how many indices."""
+        lay, k = self.layout, len(indices)
+        task = np.frombuffer(self.mm, np.int64, lay.batch_size + 1,
+                             self.data_offset + slot * self.slot_bytes)
+        task[:k] = indices
         task[lay.batch_size] = seed  # lay.seed_offset == 8 * batch_size
+        return k
 
     def indices(self, slot: int, count: int) -> np.ndarray[Any, Any]:
         """The task's sample indices (a view: int64, ``count`` of them)."""
@@ -150,12 +153,12 @@ class SlotTable:
         with ``owners`` (the table being shared), as a shared batch whose first rows are given
         to workers ``owners`` (NOTE [first samples])."""
         slot = self.free.pop()
-        self.map.write_task(slot, indices, seed)
+        k = self.map.write_task(slot, indices, seed)
         if self.shared and target is None and owners is not None:
-            self.ring.queue_shared(slot, self.seq, epoch, len(indices), owners[: len(indices)])
+            self.ring.queue_shared(slot, self.seq, epoch, k, owners[:k])
             self.shared_queued = True
         else:
-            self.ring.queue(slot, self.seq, epoch, len(indices), target)
+            self.ring.queue(slot, self.seq, epoch, k, target)
         self.inflight.append(Task(self.seq, slot, epoch, batch, target))
         self.seq += 1
 
@@ -226,6 +229,8 @@ class SlotTable:
             s = freed.popleft()
             self.leased.discard(s)
             self.free.append(s)
+        if not self.stale:
+            return
         ring = self.ring
         for s in list(self.stale):
             st = _ring.state_bits(ring.state(s))[0]
@@ -248,21 +253,24 @@ class SlotTable:
         batches]) a copy when the user holds ``max_held`` batches already or ``copy``.
         ``var_bytes``: the size of its variable image in the slot; ``spilled``: the image, if
         it came over the pipe instead (bytes, or the mapping of the memfd it came in)."""
-        lay, ring = self.layout, self.ring
-        self.reap()
-        base = self.map.base(slot)
+        lay, ring, m = self.layout, self.ring, self.map
+        base = m.data_offset + slot * m.slot_bytes
         image: Any = None
-        if isinstance(spilled, bytes):  # an aligned, writable copy; the views keep it alive
+        if spilled is None:
+            pass
+        elif isinstance(spilled, bytes):  # an aligned, writable copy; the views keep it alive
             image = np.empty(len(spilled), np.uint8)
             image[:] = np.frombuffer(spilled, np.uint8)
-        elif spilled is not None:
+        else:
             image = spilled  # a memfd's mapping of its own: the views keep it alive
-        if not copy and len(self.leased) < max_held:
+        # (the engine reaped at this batch's refill: the leases freed since are in ``freed``)
+        freed = self.returner.freed  # (usually empty: the engine reaped at this batch's refill)
+        if not copy and len(self.leased) - (len(freed) if freed else 0) < max_held:  # held
             ring.begin_read(slot)
             buf: Any = _pack.SlotLease(self.region.mm, base, ring.slot_bytes, slot, self.returner)
             self.leased.add(slot)
         else:
-            used = lay.var_offset + (var_bytes if lay.n_objects and image is None else 0)
+            used = lay.var_offset + (var_bytes if lay.object_paths and image is None else 0)
             buf = np.empty(used, np.uint8)
             buf[:] = np.frombuffer(self.region.mm, np.uint8, used, base)
             self.release(slot)
@@ -271,7 +279,7 @@ class SlotTable:
         objects, ragged = None, None
         if image is not None:
             objects, ragged = read_image(lay, image, 0, count)
-        elif lay.n_objects:
+        elif lay.object_paths:
             objects, ragged = read_image(lay, buf, lay.var_offset, count)
         return lay.unpack(buf, count, objects, ragged)
 

@@ -35,8 +35,9 @@ class Deadline:
         timeout: float | None,
         stall: tuple[float, Callable[[str], None]] | None,
         stall_now: bool = True,
+        elapsed: float = 0.0,
     ) -> None:
-        now = time.monotonic()
+        now = time.monotonic() - elapsed  # ``elapsed``: seconds already waited
         self.timeout = timeout
         self.at = math.inf if timeout is None else now + timeout
         self.stall = stall

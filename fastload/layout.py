@@ -254,7 +254,34 @@ class BatchLayout:
             np.ndarray((count, *f.shape), f.dtype, buffer=buf, offset=f.offset)
             for f in self.fields
         ]
+        try:
+            flat: tuple[int, tuple[Any, ...]] | None = self._flat_v  # type: ignore[has-type]
+        except AttributeError:
+            flat = self._flat_v = self._flat()
+        if flat is not None:  # arrays only, one level (the hot path): no walk of the tree
+            kind, node = flat
+            if kind == N_ARRAY:
+                return arrays[0]
+            if kind == N_TUPLE:
+                return tuple(arrays)
+            if kind == N_LIST:
+                return arrays
+            if kind == N_NAMEDTUPLE:
+                return node[3](*arrays)
+            return dict(zip(node[3], arrays))
         return self._assemble(self.tree, arrays, objects, count, ragged or {})
+
+    def _flat(self) -> tuple[int, tuple[Any, ...]] | None:
+        """(kind, node) of a tree that is one array, or one container of the arrays in field
+        order; None otherwise (``unpack`` keeps it in ``_flat_v``)."""
+        node, out = self.tree, None
+        if node[0] == N_ARRAY:
+            out = (N_ARRAY, node)
+        elif node[0] in (N_TUPLE, N_LIST, N_NAMEDTUPLE, N_DICT) and all(
+                c[0] == N_ARRAY and c[2] == k for k, c in enumerate(node[2])) and len(
+                node[2]) == len(self.fields):
+            out = (node[0], node)
+        return out
 
     def _assemble(self, node: tuple[Any, ...], arrays: list[Any], objects: Any, count: int,
                   ragged: dict[int, Any]) -> Any:

@@ -5,9 +5,10 @@ operations: ``iter()`` (several passes live at once), ``next()`` on any pass, dr
 iterator, an interrupt inside ``next()`` (a signal whose handler raises while the pass waits for
 a sample that cannot load yet), a timeout there, ``state_dict()`` after every step,
 ``load_state_dict()`` on the running loader and on a new one, a SIGKILLed worker (restart mode:
-nothing may change), samples that raise (``on_error`` raise and skip), shared rows on and off,
-0 or 2 workers. Every batch and every state must be the model's; every step is bounded (the
-gate below is opened after each interrupt, and every sample's wait for it is bounded).
+nothing may change), samples that raise (``on_error`` raise and skip, ``max_skips`` per pass),
+shared rows on and off, 0 or 2 workers. Every batch and every state must be the model's; every
+step is bounded (the gate below is opened after each interrupt, and every sample's wait for it
+is bounded).
 
 The model does not use fastload's code: an epoch's order is the documented one (a permutation
 from SeedSequence([seed, epoch]) when shuffled), and the passes follow the documented rules
@@ -33,7 +34,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
                                  rule, run_state_machine_as_test)
 
 import fastload
-from fastload.errors import LoaderTimeoutError
+from fastload.errors import LoaderTimeoutError, SkipLimitError
 
 _GATE_MAX_S = 20.0  # a sample never waits longer than this for the gate (never a hang)
 _STUCK_S = 0.25  # inside next() this long with the gate closed: the pass is waiting for it
@@ -92,17 +93,28 @@ def _raise(*_: object) -> None:
     raise Interrupted
 
 
+class MPass:
+    """The model's pass: its epoch, the batches it consumed, the samples skip replaced."""
+
+    def __init__(self, epoch: int, pos: int) -> None:
+        self.epoch, self.pos, self.skips = epoch, pos, 0
+
+    def __repr__(self) -> str:
+        return f"MPass({self.epoch}, {self.pos}, skips={self.skips})"
+
+
 class Model:
-    """The documented behaviour of passes, batches and resume."""
+    """The documented behaviour of passes, batches, errors, skips and resume."""
 
     def __init__(self, n: int, bs: int, drop_last: bool, shuffle: bool, seed: int,
-                 bad: frozenset[int]) -> None:
+                 bad: frozenset[int], skip: bool, max_skips: int | None) -> None:
         self.n, self.bs, self.shuffle, self.seed, self.bad = n, bs, shuffle, seed, bad
+        self.skip, self.max_skips = skip, max_skips
         self.nbatches = n // bs if drop_last else math.ceil(n / bs)
         self.next_epoch = 0
         self.resume: tuple[int, int] | None = None
         self.left: tuple[int, int] | None = None
-        self.live: list[list[int]] = []  # [epoch, position] of each live pass, oldest first
+        self.live: list[MPass] = []  # oldest first
 
     def batch(self, epoch: int, b: int) -> list[int]:
         order = np.arange(self.n)
@@ -112,29 +124,60 @@ class Model:
             order = rng.permutation(self.n)
         return [int(i) for i in order[b * self.bs:(b + 1) * self.bs]]
 
-    def start(self) -> list[int]:
+    def start(self) -> MPass:
         e = self.next_epoch
         self.next_epoch += 1
         pos = self.resume[1] if self.resume is not None and self.resume[0] == e else 0
         self.resume = None
-        p = [e, pos]
+        p = MPass(e, pos)
         self.live.append(p)
         return p
 
-    def stop(self, p: list[int]) -> None:
-        if p in self.live:
-            self.live.remove(p)
-            self.left = (p[0], p[1])
+    def is_live(self, p: MPass) -> bool:
+        return any(q is p for q in self.live)
 
-    def finish(self, p: list[int]) -> None:
-        if p in self.live:
-            self.live.remove(p)
+    def stop(self, p: MPass) -> None:
+        if self.is_live(p):
+            self.live = [q for q in self.live if q is not p]
+            self.left = (p.epoch, p.pos)
+
+    def finish(self, p: MPass) -> None:
+        self.live = [q for q in self.live if q is not p]
+
+    def outcome(self, p: MPass) -> str:
+        """What ``next()`` on live pass ``p`` gives: "end" (StopIteration), "error" (its
+        batch's sample error; the batch is consumed), "limit" (SkipLimitError: more than
+        max_skips replaced in this pass; the pass stops at this batch) or "batch"."""
+        if p.pos >= self.nbatches:
+            return "end"
+        bad = sum(i in self.bad for i in self.batch(p.epoch, p.pos))
+        if not self.skip:
+            return "error" if bad else "batch"
+        if bad == len(self.batch(p.epoch, p.pos)):
+            return "error"  # nothing to load in their place
+        if self.max_skips is not None and p.skips + bad > self.max_skips:
+            return "limit"
+        return "batch"
+
+    def apply(self, p: MPass, outcome: str) -> None:
+        """The model after ``next()`` on ``p`` gave ``outcome``."""
+        if outcome == "end":
+            self.finish(p)
+            return
+        if outcome == "limit":
+            self.stop(p)
+            return
+        if outcome == "batch":
+            p.skips += sum(i in self.bad for i in self.batch(p.epoch, p.pos))
+        p.pos += 1  # a batch whose samples raised is consumed too
+        if p.pos >= self.nbatches:
+            self.finish(p)
 
     def state(self) -> tuple[int, int]:
         if self.resume is not None:
             return self.resume
         if self.live:
-            return self.live[0][0], self.live[0][1]
+            return self.live[0].epoch, self.live[0].pos
         if self.left is not None and self.left[0] == self.next_epoch - 1:
             return self.left
         return self.next_epoch, 0
@@ -150,7 +193,7 @@ class EngineMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loader: fastload.Loader | None = None
-        self.iters: list[tuple[object, list[int]]] = []  # (iterator, the model's pass)
+        self.iters: list[tuple[object, MPass]] = []  # (iterator, the model's pass)
         self.dead: list[object] = []  # iterators of passes that ended (StopIteration expected)
         self.superseded: list[object] = []
         self.gate = os.path.join(tempfile.mkdtemp(prefix="fl-model-"), "gate")
@@ -163,23 +206,26 @@ class EngineMachine(RuleBasedStateMachine):
         shuffle=st.booleans(), seed=st.integers(0, 2**32), nw=st.sampled_from([0, 2]),
         share_rows=st.booleans(), skip=st.booleans(), timeout=st.booleans(),
         bad=st.frozensets(st.integers(0, 13), max_size=3),
+        max_skips=st.sampled_from([None, 0, 1, 2]),
     )
     def setup(self, n: int, bs: int, drop_last: bool, shuffle: bool, seed: int, nw: int,
-              share_rows: bool, skip: bool, timeout: bool, bad: frozenset[int]) -> None:
+              share_rows: bool, skip: bool, timeout: bool, bad: frozenset[int],
+              max_skips: int | None) -> None:
         # shared rows only share batches slower than 20 ms to load: 6 ms samples make them so
         delay = 0.006 if share_rows and nw else 0.0
         self.ds = Gated(n, bad, self.gate, delay)
         self.kw = dict(batch_size=bs, drop_last=drop_last, shuffle=shuffle, seed=seed,
                        num_workers=nw, share_rows=share_rows, prefetch=2,
                        on_error="skip" if skip else "raise", on_worker_death="restart",
-                       timeout=_TIMEOUT_S if timeout and nw else None)
+                       timeout=_TIMEOUT_S if timeout and nw else None,
+                       max_skips=max_skips if skip else None)
         self.skip = skip
-        self.model = Model(n, bs, drop_last, shuffle, seed, bad)
+        self.model = Model(n, bs, drop_last, shuffle, seed, bad, skip, self.kw["max_skips"])
         self.loader = fastload.Loader(self.ds, **self.kw)
 
     # -- checking one batch ----------------------------------------------------------------
-    def _check(self, p: list[int], got: object) -> None:
-        want = self.model.batch(p[0], p[1])
+    def _check(self, p: MPass, got: object) -> None:
+        want = self.model.batch(p.epoch, p.pos)
         rows = [int(v) for v in np.asarray(got)[:, 0]]
         if not self.skip:
             assert rows == want, (p, rows, want)
@@ -187,32 +233,35 @@ class EngineMachine(RuleBasedStateMachine):
             good = [i for i in want if i not in self.model.bad]
             assert len(rows) == len(want), (rows, want)
             assert not set(rows) & self.model.bad, (rows, want)
-            if good:
-                assert set(good) <= set(rows), (rows, want)
+            assert set(good) <= set(rows), (rows, want)
 
-    def _fails(self, p: list[int]) -> bool:
-        """Whether pass ``p``'s next batch raises: any bad sample; with on_error="skip", only
-        if every sample is bad (there is none to load in their place)."""
-        bad = [i in self.model.bad for i in self.model.batch(p[0], p[1])]
-        return all(bad) if self.skip else any(bad)
-
-    def _expect_next(self, it: object, p: list[int]) -> None:
-        """next(it) on the model's live pass ``p``: its batch, its error, or its end."""
+    def _next(self, it: object, p: MPass, interrupted: tuple[type[BaseException], ...] = ()
+              ) -> bool:
+        """next(it) on the model's live pass ``p``, checked against the model's outcome;
+        False if one of ``interrupted`` ended it instead (the pass stops unconsumed)."""
         m = self.model
-        if p[1] >= m.nbatches:
-            with pytest.raises(StopIteration):
-                next(it)  # type: ignore[call-overload]
-            m.finish(p)
-            return
-        fails = self._fails(p)
-        if fails:
-            with pytest.raises(ValueError, match="is bad"):
-                next(it)  # type: ignore[call-overload]
+        want = m.outcome(p)
+        try:
+            got = next(it)  # type: ignore[call-overload]
+        except interrupted:
+            self.alarm.since = None
+            m.stop(p)
+            return False
+        except StopIteration:
+            self.alarm.since = None
+            assert want == "end", (p, want)
+        except SkipLimitError as e:
+            self.alarm.since = None
+            assert want == "limit", (p, want, e)
+        except ValueError as e:
+            self.alarm.since = None
+            assert want == "error" and "is bad" in str(e), (p, want, e)
         else:
-            self._check(p, next(it))  # type: ignore[call-overload]
-        p[1] += 1  # a failing batch is consumed too
-        if p[1] >= m.nbatches:
-            m.finish(p)
+            self.alarm.since = None
+            assert want == "batch", (p, want)
+            self._check(p, got)
+        m.apply(p, want)
+        return True
 
     # -- rules -----------------------------------------------------------------------------
     @precondition(lambda self: len(self.iters) < 3)
@@ -221,7 +270,7 @@ class EngineMachine(RuleBasedStateMachine):
         assert self.loader is not None
         it = iter(self.loader)
         p = self.model.start()
-        assert it.epoch == p[0]
+        assert it.epoch == p.epoch
         self.iters.append((it, p))
 
     @precondition(lambda self: self.iters)
@@ -229,18 +278,16 @@ class EngineMachine(RuleBasedStateMachine):
     def next_batches(self, k: int, steps: int) -> None:
         it, p = self.iters[k % len(self.iters)]
         for _ in range(steps):
-            if p not in self.model.live:
+            if not self.model.is_live(p):
                 break
-            self._expect_next(it, p)
-        if p not in self.model.live:
-            self.iters.remove((it, p))
-            self.dead.append(it)
+            self._next(it, p)
+        self._forget_if_ended(it, p)
 
     @precondition(lambda self: self.iters)
     @rule(k=st.integers(0, 2))
     def drop_iterator(self, k: int) -> None:
         it, p = self.iters.pop(k % len(self.iters))
-        del it
+        del it  # dropped unfinished: the pass stops (its iterator is garbage)
         gc.collect()
         self.model.stop(p)
 
@@ -254,38 +301,20 @@ class EngineMachine(RuleBasedStateMachine):
         m = self.model
         open(self.gate, "w").close()
         try:
-            while p in m.live:
-                want_error = p[1] < m.nbatches and self._fails(p)
+            while m.is_live(p):
                 self.alarm.fired = False
                 self.alarm.since = None if by_timeout else time.monotonic()
-                try:
-                    got = next(it)  # type: ignore[call-overload]
-                except (Interrupted, LoaderTimeoutError):
-                    self.alarm.since = None
+                if not self._next(it, p, (Interrupted, LoaderTimeoutError)):
                     self.timeouts += by_timeout
-                    m.stop(p)  # interrupted inside next(): nothing consumed
                     break
-                except StopIteration:
-                    self.alarm.since = None
-                    assert p[1] >= m.nbatches, p
-                    m.finish(p)
-                    break
-                except ValueError as e:
-                    self.alarm.since = None
-                    assert want_error and "is bad" in str(e), e
-                    p[1] += 1
-                else:
-                    self.alarm.since = None
-                    assert not want_error and p[1] < m.nbatches, p
-                    self._check(p, got)
-                    p[1] += 1
-                if p[1] >= m.nbatches and p in m.live:
-                    m.finish(p)
         finally:
             self.alarm.since = None
             os.unlink(self.gate)
-        if p not in m.live:
-            self.iters.remove((it, p))
+        self._forget_if_ended(it, p)
+
+    def _forget_if_ended(self, it: object, p: MPass) -> None:
+        if not self.model.is_live(p):
+            self.iters = [(i, q) for i, q in self.iters if q is not p]
             self.dead.append(it)
 
     @rule()
