@@ -299,9 +299,9 @@ class VarImage:
         if not layout.stack:
             try:
                 self.unstacked = _Unstacked(objects)
-            except (pickle.PicklingError, AttributeError, TypeError):
-                if not in_process:
-                    raise
+            except Exception as e:
+                if not in_process:  # NOTE [unpicklable leaves]
+                    raise _unpicklable(layout, objects, count, e) from e
                 self.as_copies = True
         if not layout.stack:
             self.columns: list[_Column] = []
@@ -344,6 +344,11 @@ class VarImage:
             cols.append(_Column(leaf, arrays, shapes, extent, offset))
         self.columns = cols
         self.data_bytes = end
+        if not in_process:
+            try:  # NOTE [unpicklable leaves]: pickled now, where an error is the batch's
+                self.head()
+            except Exception as e:
+                raise _unpicklable(layout, objects, count, e) from e
 
     # -- a worker's image (pickled head + data) ----------------------------------------------
     def head(self) -> bytes:
@@ -404,6 +409,85 @@ class VarImage:
             return _samples_of(self.unstacked.head(), buf, 0), {}
         meta = [(c.offset, c.shapes, c.extent) for c in self.columns]
         return self.objects, _values([c.leaf for c in self.columns], meta, buf, 0, self.count)
+
+
+#: How deep unpicklable_part looks into containers and attributes for the part that fails.
+_FIND_DEPTH = 32
+
+
+def _unpicklable(layout: Any, objects: list[Any], count: int, error: Exception) -> Exception:
+    """NOTE [unpicklable leaves]
+    A worker sends a batch's object leaves (with ``stack=False``, its samples) to the main
+    process pickled, in the slot's variable image. That pickle is made inside the fill (the
+    image's head, VarImage), so that a leaf pickle refuses (a lock, an open file, a
+    memoryview, an instance of a class defined in a function) is an error of its batch, raised
+    in the main process as any sample's error (NOTE [errors do not end the epoch] in _engine.py),
+    and not an exception in the worker's loop, which would kill it. The error is a TypeError
+    naming the sample index (the RowError's row), the part of the sample that failed (its path
+    and type) and what to do. ``num_workers=0`` pickles nothing, and is unchanged.
+
+    Returns the RowError of the first row and leaf that fail alone, or ``error`` itself when no
+    single leaf fails (then the batch raises that)."""
+    k = layout.n_objects
+    paths = layout.object_paths
+    ragged = {leaf.obj for leaf in layout.ragged}
+    for r in range(count):
+        for j in range(k):
+            if j in ragged:
+                continue
+            found = unpicklable_part(objects[r * k + j], paths[j])
+            if found is not None:
+                return RowError(r, TypeError(_unpicklable_message(*found)))
+    return error
+
+
+def unpicklable_part(value: Any, path: str, depth: int = 0
+                     ) -> tuple[str, Any, BaseException] | None:
+    """The innermost part of ``value`` that pickle refuses, as (its path, it, the error), or
+    None if ``value`` pickles. Arrays are not pickled (they travel as raw bytes)."""
+    t = type(value)
+    if (t is np.ndarray or t is np.memmap) and not value.dtype.hasobject:
+        return None
+    try:
+        pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        return None
+    except Exception as e:
+        error: BaseException = e
+    if depth < _FIND_DEPTH:
+        parts: list[tuple[str, Any]] = []
+        if isinstance(value, dict):
+            parts = [(f"{path}[{key!r}]", v) for key, v in value.items()]
+        elif isinstance(value, tuple) and hasattr(t, "_fields"):
+            parts = [(f"{path}.{name}", v) for name, v in zip(t._fields, value)]
+        elif isinstance(value, (list, tuple)):
+            parts = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+        elif isinstance(getattr(value, "__dict__", None), dict):
+            parts = [(f"{path}.{name}", v) for name, v in vars(value).items()]
+        for p, v in parts:
+            found = unpicklable_part(v, p, depth + 1)
+            if found is not None:
+                return found
+    return path, value, error
+
+
+def _unpicklable_message(path: str, value: Any, error: BaseException) -> str:
+    t = type(value)
+    name = f"{t.__module__}.{t.__qualname__}"
+    if isinstance(value, memoryview):
+        todo = ("convert it: bytes(view), or np.asarray(view) (an array leaf, which travels "
+                "without pickling)")
+    elif "<locals>" in t.__qualname__ or isinstance(error, (pickle.PicklingError,
+                                                            AttributeError)):
+        todo = (f"define {t.__qualname__} at the top level of a module, where the main process "
+                "can import it by name (pickle saves a class by its name), or return a "
+                "dict, tuple or array instead")
+    else:
+        todo = ("return a picklable value instead (the data it holds, not the object), or give "
+                "its class a __getstate__ or __reduce__ that leaves the unpicklable part out")
+    return (f"{path} is a {name}, which cannot be pickled ({type(error).__name__}: {error}). "
+            "A worker sends the Python objects of a sample (every leaf that is not an array) "
+            f"to the main process pickled; {todo}. (num_workers=0 does not pickle samples, "
+            "which is why it works there.)")
 
 
 def read_image(layout: Any, buf: Any, start: int, count: int) -> tuple[list[Any], dict[int, Any]]:

@@ -219,6 +219,7 @@ class _Client:
         try:
             layout = self.filler.probe(msg.sample, msg.batch_size, msg.seed, msg.epoch, msg.spec,
                                        msg.alternates)
+            layout.check_picklable()  # an error of the probe's sample, not of this worker
         except StreamEnded:  # NOTE [iterable datasets]: this worker's iterator has no sample
             conn.send(m.ProbeEnded(self.cid, msg.epoch))
         except BaseException as e:
@@ -253,18 +254,21 @@ class _Client:
         if flags and image is None:
             ring.set_result(slot, flags, 0)
         if image is not None:
-            nbytes = slots.write_image(slot, image)
+            # Before publishing: a failure here (no memory; the image is pickled in the fill,
+            # NOTE [unpicklable leaves] in _ragged.py) is this batch's error, never the worker's.
+            try:
+                nbytes = slots.write_image(slot, image)
+                if not nbytes:
+                    spill = _overflow(image)
+            except Exception as e:
+                if ring.publish(slot, state, False):
+                    self.worker.conn.send(m.BatchFailed(
+                        self.cid, slot, info["seq"],
+                        pack_exception(e, None, self.worker.worker_id)))
+                return
             if nbytes:
                 ring.set_result(slot, flags, nbytes)
             else:
-                try:  # before publishing: a failure here (no memory) is this batch's error
-                    spill = _overflow(image)
-                except Exception as e:
-                    if ring.publish(slot, state, False):
-                        self.worker.conn.send(m.BatchFailed(
-                            self.cid, slot, info["seq"],
-                            pack_exception(e, None, self.worker.worker_id)))
-                    return
                 from ._ring import F_SPILLED
 
                 ring.set_result(slot, F_SPILLED | flags, 0)

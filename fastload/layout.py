@@ -233,6 +233,42 @@ class BatchLayout:
             for child, k in zip(node[2], node[3]):
                 self._collect_objects(child, x[k], out)
 
+    def check_picklable(self) -> None:
+        """Raise TypeError if this layout cannot be sent to the main process: a worker sends
+        the layout it found pickled, and the layout holds the class of each namedtuple of the
+        sample (to build batches of it), which pickle saves by name (NOTE [unpicklable leaves]
+        in fastload/_ragged.py)."""
+        import pickle
+
+        try:
+            pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
+            return
+        except Exception as e:
+            error = e
+        for path, cls in self._namedtuple_types(self.tree):
+            try:
+                pickle.dumps(cls, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as e:
+                raise TypeError(
+                    f"{path} is a namedtuple of class {cls.__module__}.{cls.__qualname__}, "
+                    f"which cannot be pickled ({type(e).__name__}: {e}). A worker sends the "
+                    "sample's structure to the main process, which builds batches of that "
+                    "class; pickle saves a class by its name, so define the namedtuple at the "
+                    "top level of a module, where the main process can import it (or return "
+                    "a tuple or dict instead). (num_workers=0 does not pickle it, which is why "
+                    "it works there.)"
+                ) from e
+        raise error
+
+    def _namedtuple_types(self, node: tuple[Any, ...]) -> list[tuple[str, type]]:
+        kind = node[0]
+        if kind in (N_ARRAY, N_OBJECT):
+            return []
+        found = [(node[1], node[3])] if kind == N_NAMEDTUPLE else []
+        for child in node[2]:
+            found += self._namedtuple_types(child)
+        return found
+
     # -- use ---------------------------------------------------------------------------------
     @property
     def packer_fields(self) -> list[tuple[int, int, np.dtype[Any], tuple[int, ...]]]:
