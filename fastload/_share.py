@@ -16,13 +16,37 @@ memory it used to cost.
 Under fork this ends the copy-on-write growth: workers read the shared container, never the
 user's list, whose pages stay shared. Under spawn and forkserver the pickled dataset holds
 handles, not the data, so workers start without unpickling it.
+
+Sharing never changes what a dataset does (the workers' copy must behave as the user's object):
+
+- An object whose class has pickling of its own (``__getstate__``, ``__setstate__``,
+  ``__reduce__`` or ``__reduce_ex__`` other than ``object``'s: the dataset, or an object it
+  wraps) is left as it is, with nothing inside it shared: its pickling decides what a worker
+  gets (say, memory-mapped files dropped and reopened lazily there), and a copy made attribute
+  by attribute would run it in the main process (``copy.copy`` calls ``__getstate__``) or
+  bypass it. It is said at DEBUG level and listed by ``unshared`` (``Loader.memory()``'s
+  warning, ``python -m fastload doctor``) with the method that decided it.
+- Arrays, ``np.memmap``, mmap objects and open files are never walked into or converted, nor
+  is a container whose items (sampled) are file-backed: a container of memmaps is file pages
+  already, and converting it would read every file into shared memory. Under fork a container
+  of in-memory arrays is left too (reading an array never writes its data pages).
+- A container's size is estimated from ``len()`` and ``sys.getsizeof`` of a sample of its items
+  (one level into tuples, lists and dicts; arrays count 0): never by pickling its items.
+
+Converted containers are not ``list`` / ``dict`` instances (``isinstance(x, list)`` is False;
+``Sequence`` / ``Mapping`` are True), and ``json.dumps`` needs ``list(x)`` / ``dict(x)``; their
+``copy()`` and ``+`` (``|``) give a plain list (dict). A subclass of ``list`` would need its items
+in its own storage, which C code (``json``, ``PyList_GET_ITEM``) reads directly: that is the copy
+sharing exists to avoid. ``share_dataset=False`` sends the dataset as it is.
 """
 
 from __future__ import annotations
 
 import copy
+import io
 import logging
-import pickle
+import mmap
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,11 +58,13 @@ __all__ = ["ITEMS", "BYTES", "Sharing", "share_dataset", "unshared"]
 
 log = logging.getLogger("fastload")
 
-#: A container this long, or estimated this large when pickled, is shared.
+#: A container this long, or estimated this large (sys.getsizeof of its items), is shared.
 ITEMS = 10_000
 BYTES = 16 << 20
 _MAX_DEPTH = 3
-_SAMPLE = 64  # items pickled to estimate a container's size
+_SAMPLE = 64  # items looked at to estimate a container's size or what its items are
+#: The methods by which a class has pickling of its own (NOTE [shared datasets]).
+_OWN_PICKLING = ("__getstate__", "__setstate__", "__reduce__", "__reduce_ex__")
 _PLAIN = (list, tuple, dict)
 
 
@@ -49,6 +75,8 @@ class Sharing:
     dataset: Any
     converted: list[dict[str, Any]] = field(default_factory=list)
     left: list[dict[str, Any]] = field(default_factory=list)  # large, but kept as they were
+    #: objects with pickling of their own, left as they are with nothing inside them shared
+    kept: list[dict[str, Any]] = field(default_factory=list)
     shared: list[Any] = field(default_factory=list)
     enabled: bool = False
 
@@ -84,7 +112,8 @@ def unshared(sharing: Sharing | None, dataset: Any) -> list[str]:
     share_dataset=False) every one it would have shared, as "path (type of n items)"."""
     if sharing is not None and sharing.enabled:
         return [f"{e['attribute']} ({e['type']} of {e['items']:,} items: {e['reason']})"
-                for e in sharing.left]
+                for e in sharing.left] + [f"{e['attribute']} ({e['type']}: {e['reason']})"
+                                          for e in sharing.kept]
     found = Sharing(dataset)
     walk = _Walk(found, "pickled", dry=True)
     if type(dataset) in (list, tuple):
@@ -94,19 +123,40 @@ def unshared(sharing: Sharing | None, dataset: Any) -> list[str]:
     return [f"{e['attribute']} ({e['type']} of {e['items']:,} items)" for e in found.left]
 
 
-def _estimate(c: Any) -> int:
-    """Bytes the container would take pickled, from a sample of its items."""
+def _sampled(c: Any) -> list[Any]:
+    """Up to _SAMPLE items of a container, spread over it (a dict's: its (key, value) pairs)."""
     n = len(c)
     if not n:
-        return 0
+        return []
     items = list(c.items()) if isinstance(c, dict) else c
     step = max(1, n // _SAMPLE)
-    sample = [items[i] for i in range(0, n, step)][:_SAMPLE]
-    try:
-        size = sum(len(pickle.dumps(x, pickle.HIGHEST_PROTOCOL)) for x in sample)
-    except Exception:
+    return [items[i] for i in range(0, n, step)][:_SAMPLE]
+
+
+def _estimate(c: Any) -> int:
+    """Bytes the container's items take, from sys.getsizeof of a sample of them (one level into
+    tuples, lists and dicts; an array counts 0). Never pickled: an item may be a memmap, whose
+    pickle is its whole file, or an object whose pickling does work."""
+    sample = _sampled(c)
+    if not sample:
         return 0
-    return size * n // len(sample)
+    size = sum(_size_of(x) for x in sample)
+    return size * len(c) // len(sample)
+
+
+def _size_of(x: Any) -> int:
+    if isinstance(x, np.ndarray):
+        return 0
+    try:
+        size = sys.getsizeof(x)
+        if type(x) in (tuple, list):
+            size += sum(sys.getsizeof(y) for y in x if not isinstance(y, np.ndarray))
+        elif type(x) is dict:
+            size += sum(sys.getsizeof(k) + (0 if isinstance(v, np.ndarray) else sys.getsizeof(v))
+                        for k, v in x.items())
+    except Exception:  # noqa: BLE001 - a __sizeof__ of theirs that raises: counted small
+        return 64
+    return int(size)
 
 
 def _large(c: Any) -> bool:
@@ -118,19 +168,51 @@ def _of_arrays(c: Any) -> bool:
     tuple) NumPy arrays, sampled. Under fork an array's data pages are never written by reading
     it (only its small header is), so sharing them would gain little and copy all the data
     once more."""
-    vals = list(c.values()) if isinstance(c, dict) else c
-    step = max(1, len(vals) // _SAMPLE)
-    return bool(vals) and all(_holds_array(vals[i]) for i in range(0, len(vals), step))
+    vals = _sampled(list(c.values()) if isinstance(c, dict) else c)
+    return bool(vals) and all(_holds(x, _is_array) for x in vals)
 
 
-def _holds_array(x: Any) -> bool:
-    if type(x) is np.ndarray:
+def _of_files(c: Any) -> bool:
+    """Whether any of a container's items (sampled; one level into tuples, lists and dicts) is
+    file-backed: converting it would read the files into shared memory."""
+    vals = _sampled(list(c.values()) if isinstance(c, dict) else c)
+    return any(_holds(x, _file_backed) for x in vals)
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, np.ndarray)
+
+
+def _file_backed(x: Any) -> bool:
+    """An np.memmap (or a view of one, or of an mmap), an mmap, or an open file."""
+    if isinstance(x, (mmap.mmap, io.IOBase)):
+        return True
+    depth = 0
+    while isinstance(x, np.ndarray) and depth < 16:
+        if isinstance(x, np.memmap) or isinstance(x.base, mmap.mmap):
+            return True
+        x, depth = x.base, depth + 1
+    return False
+
+
+def _holds(x: Any, test: Any) -> bool:
+    """``test(x)``, or for a plain tuple, list or dict, ``test`` of any of its items."""
+    if test(x):
         return True
     if type(x) in (tuple, list):
-        return any(type(y) is np.ndarray for y in x)
+        return any(test(y) for y in x)
     if type(x) is dict:
-        return any(type(y) is np.ndarray for y in x.values())
+        return any(test(y) for y in x.values())
     return False
+
+
+def own_pickling(t: type) -> str | None:
+    """The method by which class ``t`` has pickling of its own (not ``object``'s), or None."""
+    for name in _OWN_PICKLING:
+        mine = getattr(t, name, None)
+        if mine is not None and mine is not getattr(object, name, None):
+            return name
+    return None
 
 
 class _Walk:
@@ -146,6 +228,8 @@ class _Walk:
         if t in _PLAIN:
             if id(v) in self.done:
                 return self.done[id(v)]
+            if _of_files(v):
+                return v  # NOTE [shared datasets]: file pages already; never read into memory
             if _large(v) and not (self.fork and _of_arrays(v)):
                 self.done[id(v)] = out = self.convert(v, path)
                 return out
@@ -195,6 +279,15 @@ class _Walk:
         if id(o) in self.seen or not _is_plain_object(o):
             return o
         self.seen.add(id(o))
+        own = own_pickling(type(o))
+        if own is not None:  # NOTE [shared datasets]: its pickling decides what workers get
+            reason = (f"its class defines {own}: left as it is, nothing in it shared; its "
+                      "pickling decides what workers get")
+            log.debug("fastload: share_dataset left %s (%s) as it is: %s", path,
+                      type(o).__qualname__, reason)
+            self.out.kept.append({"attribute": path, "type": type(o).__qualname__,
+                                  "reason": reason})
+            return o
         attrs = vars(o)
         new = {}
         for name, v in list(attrs.items()):

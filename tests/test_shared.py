@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from helpers import MP_TIMEOUT
 from helpers.shared import (
-    Meta, Special, Wrapper, grow_in_worker, meta_expected, read_all, uss_of,
+    MemmapShards, Meta, OpenShards, Special, Wrapper, grow_in_worker, meta_expected, read_all,
+    uss_of,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -349,3 +350,104 @@ def test_nothing_is_left_after_close_or_a_worker_crash(method):
     gc.collect()
     assert _fds() == before
     assert not mp.active_children()
+
+
+# -- share_dataset never changes what a dataset does ------------------------------------------------
+def _shards(tmp_path, n_shards: int = 8, rows: int = 64, width: int = 1024) -> tuple[list, list]:
+    """8 shards of 64 rows of 1024 float32 (256 KiB each, 2 MiB in all) and their labels."""
+    xs, ys = [], []
+    for s in range(n_shards):
+        x = np.arange(s * rows * width, (s + 1) * rows * width, dtype=np.float32)
+        np.save(tmp_path / f"x{s}.npy", x.reshape(rows, width))
+        np.save(tmp_path / f"y{s}.npy", np.arange(s * rows, (s + 1) * rows, dtype=np.int64))
+        xs.append(str(tmp_path / f"x{s}.npy"))
+        ys.append(str(tmp_path / f"y{s}.npy"))
+    return xs, ys
+
+
+def _batches(loader) -> list:
+    return [{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in b.items()}
+            for b in loader]
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_dataset_with_its_own_pickling_is_left_as_it_is(method, tmp_path, caplog,
+                                                          monkeypatch):
+    """The reported case: memmaps kept in lists, dropped in __getstate__ and reopened lazily
+    (the threshold lowered so that 2 MiB of shards would count as large)."""
+    monkeypatch.setattr("fastload._share.BYTES", 1 << 20)
+    ds = MemmapShards(*_shards(tmp_path))
+    got = {}
+    with caplog.at_level("DEBUG", logger="fastload"):
+        for share in (True, False):
+            with fastload.Loader(ds, 50, num_workers=2, start_method=method,
+                                 share_dataset=share) as loader:
+                got[share] = _batches(loader)
+                assert loader.stats()["shared_dataset"] == []
+                if share:
+                    assert any("its class defines __getstate__" in u
+                               for u in loader._unshared()), loader._unshared()
+    assert len(got[True]) == len(got[False]) == math.ceil(512 / 50)
+    for a, b in zip(got[True], got[False]):
+        assert np.array_equal(a["x"], b["x"]) and np.array_equal(a["y"], b["y"])
+        assert a["kind"] == b["kind"] == ["list"] * len(a["y"])
+    assert np.concatenate([b["y"] for b in got[True]]).tolist() == list(range(512))
+    assert "share_dataset left dataset (MemmapShards) as it is" in caplog.text
+    assert type(ds._x) is list and type(ds._x[0]) is np.memmap  # the user's object untouched
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+def test_a_wrapped_object_with_its_own_pickling_is_left_as_it_is(tmp_path):
+    xs, ys = _shards(tmp_path, n_shards=2)
+    ds = Wrapper(MemmapShards(xs, ys), list(range(128)) * 100)  # a large plain list: shared
+    with fastload.Loader(ds, 64, num_workers=2, start_method="spawn") as loader:
+        ys_got = np.concatenate([b["y"] for b in loader]).tolist()
+        shared = [e["attribute"] for e in loader.stats()["shared_dataset"]]
+    assert ys_got == list(range(128)) * 100
+    assert shared == ["dataset.indices"]
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_memmaps_in_a_list_are_not_converted_and_a_large_plain_list_still_is(method, tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setattr("fastload._share.BYTES", 1 << 20)  # 2 MiB of shards would count
+    xs, _ = _shards(tmp_path)
+    ds = OpenShards(xs, 12_000)
+    results = {}
+    for share in (True, False):
+        with fastload.Loader(ds, 64, num_workers=2, start_method=method,
+                             share_dataset=share) as loader:
+            results[share] = _batches(loader)
+            shared = [e["attribute"] for e in loader.stats()["shared_dataset"]]
+        assert shared == (["dataset.names"] if share else [])
+    for a, b in zip(results[True], results[False]):
+        assert np.array_equal(a["x"], b["x"]) and a["name"] == b["name"]
+        assert set(a["kind"]) == {"list"}
+    assert {n for b in results[True] for n in b["names"]} == {"SharedList"}
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+def test_sizes_are_estimated_without_pickling_items():
+    from helpers.shared import PICKLED, ManyPickled
+
+    ds = ManyPickled(500)
+    PICKLED[0] = 0
+    with fastload.Loader(ds, 100, num_workers=1, start_method="fork") as loader:
+        assert np.concatenate(list(loader)).tolist() == list(range(500))
+    assert PICKLED[0] == 0
+
+
+def test_file_backed_values_are_recognised(tmp_path):
+    from fastload._share import _file_backed, _of_files, own_pickling
+
+    np.save(tmp_path / "a.npy", np.zeros(10))
+    mm = np.load(tmp_path / "a.npy", mmap_mode="r")
+    with open(tmp_path / "a.npy", "rb") as f:
+        assert _file_backed(f) and _file_backed(mm) and _file_backed(mm[2:5])
+        assert _file_backed(np.asarray(mm)) and not _file_backed(np.zeros(3))
+        assert _of_files([(mm, 1)]) and _of_files({"k": f}) and not _of_files([np.zeros(2)])
+    del mm
+    assert own_pickling(MemmapShards) == "__getstate__" and own_pickling(Meta) is None
+

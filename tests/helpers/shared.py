@@ -97,3 +97,81 @@ def read_all(shared: Any) -> Any:
     if isinstance(shared, fastload.SharedDict):
         return list(shared.items()), shared.get("missing", "default"), len(shared)
     return list(shared), len(shared), shared[-1] if len(shared) else None
+
+
+class MemmapShards:
+    """Samples from memory-mapped ``.npy`` shards kept open in lists, dropped in
+    ``__getstate__`` and reopened lazily in each worker (the usual pattern): share_dataset must
+    leave it as it is."""
+
+    def __init__(self, xs: list[str], ys: list[str]) -> None:
+        self.xs, self.ys = xs, ys
+        self._x: list[Any] | None = None
+        self._y: list[Any] | None = None
+        self._open()
+        assert self._x is not None
+        self.starts = np.cumsum([0] + [len(a) for a in self._x]).tolist()
+
+    def _open(self) -> None:
+        if self._x is None or self._y is None:
+            self._x = [np.load(p, mmap_mode="r") for p in self.xs]
+            self._y = [np.load(p, mmap_mode="r") for p in self.ys]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_x"] = state["_y"] = None  # reopened in the worker
+        return state
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, i: int) -> Any:
+        self._open()
+        assert self._x is not None and self._y is not None
+        s = int(np.searchsorted(self.starts, i, side="right")) - 1
+        r = i - self.starts[s]
+        return {"x": np.array(self._x[s][r]), "y": np.int64(self._y[s][r]),
+                "kind": type(self._x).__name__}
+
+
+class OpenShards:
+    """Memory-mapped shards in a list (no pickling of its own) and a large plain list of
+    names: the names are shared, the memmaps are not."""
+
+    def __init__(self, xs: list[str], n_names: int) -> None:
+        self.shards = [np.load(p, mmap_mode="r") for p in xs]
+        self.names = [f"name-{i}" for i in range(n_names)]
+
+    def __len__(self) -> int:
+        return sum(len(a) for a in self.shards)
+
+    def __getitem__(self, i: int) -> Any:
+        n = len(self.shards[0])
+        return {"x": np.array(self.shards[i // n][i % n]), "name": self.names[i % len(self.names)],
+                "kind": type(self.shards).__name__, "names": type(self.names).__name__}
+
+
+#: How many times a Pickled object has been pickled in this process.
+PICKLED = [0]
+
+
+class Pickled:
+    """Counts its pickling (share_dataset must not pickle items to estimate a size)."""
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+    def __reduce__(self) -> Any:
+        PICKLED[0] += 1
+        return (Pickled, (self.i,))
+
+
+class ManyPickled:
+    def __init__(self, n: int) -> None:
+        self.items = [Pickled(i) for i in range(n)]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> Any:
+        return np.int64(self.items[i].i)
