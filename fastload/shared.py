@@ -329,6 +329,9 @@ class SharedList(_Shared, Sequence):  # type: ignore[type-arg]
     iteration, ``in``, ``index``, ``count`` and ``==`` with a list behave as on the list; items
     come back equal to the originals (NumPy arrays as read-only views of the shared rows). It
     pickles as a handle, so workers attach the one copy instead of receiving their own.
+    ``copy()`` and ``+`` give a plain list. It is a ``collections.abc.Sequence``, not a ``list``
+    (``isinstance(x, list)`` is False, and ``json.dumps`` needs ``list(x)``): a list subclass
+    would hold its items in its own memory, which is what sharing avoids.
     """
 
     _what = "SharedList"
@@ -393,6 +396,20 @@ class SharedList(_Shared, Sequence):  # type: ignore[type-arg]
     def __repr__(self) -> str:
         return f"fastload.SharedList({len(self)} items, {self.kind}, {self.nbytes:,} bytes shared)"
 
+    def copy(self) -> list[Any]:
+        """A plain list of the items (as ``list.copy()``: the caller may change it)."""
+        return list(self)
+
+    def __add__(self, other: Any) -> list[Any]:
+        if isinstance(other, (list, SharedList)):
+            return list(self) + list(other)
+        return NotImplemented
+
+    def __radd__(self, other: Any) -> list[Any]:
+        if isinstance(other, list):
+            return other + list(self)
+        return NotImplemented
+
     def _materialize(self) -> list[Any]:
         return list(self)
 
@@ -452,7 +469,9 @@ class SharedDict(_Shared, Mapping):  # type: ignore[type-arg]
     ``SharedDict(mapping)`` (or an iterable of pairs). Lookup, ``in``, ``get``, ``len``,
     iteration (insertion order), ``keys()`` / ``values()`` / ``items()`` and ``==`` with a dict
     behave as on the dict. Keys must be str, bytes, numbers, None or tuples of them: their hash
-    has to be the same in every process.
+    has to be the same in every process. ``copy()`` and ``|`` give a plain dict. It is a
+    ``collections.abc.Mapping``, not a ``dict`` (``isinstance(x, dict)`` is False, and
+    ``json.dumps`` needs ``dict(x)``).
     """
 
     _what = "SharedDict"
@@ -551,6 +570,20 @@ class SharedDict(_Shared, Mapping):  # type: ignore[type-arg]
 
     def __repr__(self) -> str:
         return f"fastload.SharedDict({len(self)} items, {self.nbytes:,} bytes shared)"
+
+    def copy(self) -> dict[Any, Any]:
+        """A plain dict of the items (as ``dict.copy()``: the caller may change it)."""
+        return dict(self.items())
+
+    def __or__(self, other: Any) -> dict[Any, Any]:
+        if isinstance(other, Mapping):
+            return {**self.copy(), **other}
+        return NotImplemented
+
+    def __ror__(self, other: Any) -> dict[Any, Any]:
+        if isinstance(other, Mapping):
+            return {**other, **self.copy()}
+        return NotImplemented
 
     def _materialize(self) -> dict[Any, Any]:
         return dict(_ItemsView(self))

@@ -451,3 +451,18 @@ def test_file_backed_values_are_recognised(tmp_path):
     del mm
     assert own_pickling(MemmapShards) == "__getstate__" and own_pickling(Meta) is None
 
+
+def test_copy_and_concatenation_give_plain_containers():
+    lst, d = SharedList(range(5)), SharedDict({"a": 1, "b": 2})
+    assert type(lst.copy()) is list and lst.copy() == [0, 1, 2, 3, 4]
+    assert lst + [5] == [0, 1, 2, 3, 4, 5] and [9] + lst == [9, 0, 1, 2, 3, 4]
+    assert type(d.copy()) is dict and d.copy() == {"a": 1, "b": 2}
+    assert d | {"c": 3} == {"a": 1, "b": 2, "c": 3} and {"z": 0} | d == {"z": 0, "a": 1, "b": 2}
+    c = lst.copy()
+    c.append(5)  # the caller's own list
+    assert len(lst) == 5
+    # Not list / dict instances (documented): json needs the plain copy.
+    import json
+
+    assert not isinstance(lst, list) and json.dumps(lst.copy()) == "[0, 1, 2, 3, 4]"
+    assert json.loads(json.dumps(d.copy())) == {"a": 1, "b": 2}
