@@ -495,7 +495,13 @@ def read_image(layout: Any, buf: Any, start: int, count: int) -> tuple[list[Any]
     ``buf[start:]``; ragged values are views of ``buf`` (which they keep alive)."""
     mv = memoryview(buf).cast("B")
     n = int.from_bytes(mv[start:start + _HEAD], "little")
-    objects, meta = pickle.loads(mv[start + _HEAD:start + _HEAD + n])
+    try:
+        objects, meta = pickle.loads(mv[start + _HEAD:start + _HEAD + n])
+    except Exception as e:  # NOTE [unpicklable leaves]: pickled there, not rebuilt here
+        e.add_note("fastload: raised rebuilding the Python objects (the leaves that are not "
+                   "arrays) of a batch a worker pickled: their class, or what its __reduce__ "
+                   "returns, must be importable and callable in the main process too")
+        raise
     data = start + _align(_HEAD + n)
     if not layout.stack:
         return _samples_of(meta, buf, data), {}

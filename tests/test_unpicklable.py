@@ -10,7 +10,9 @@ import pytest
 import fastload
 
 from helpers import MP_TIMEOUT
-from helpers.unpicklable import BAD_PATHS, BadPartAt, Box, LocalNamedtupleSamples
+from helpers.unpicklable import (
+    BAD_PATHS, BadPartAt, Box, LocalNamedtupleSamples, RebuildFailsAt,
+)
 
 pytestmark = pytest.mark.timeout(MP_TIMEOUT)
 
@@ -111,3 +113,13 @@ def test_num_workers_0_namedtuple_sample_is_unchanged():
     with fastload.Loader(LocalNamedtupleSamples(8), 4, num_workers=0) as loader:
         b = next(iter(loader))
     assert type(b).__name__ == "Local" and b.a.tolist() == [0, 1, 2, 3]
+
+
+def test_a_part_that_pickles_but_cannot_be_rebuilt_fails_its_batch_with_a_note():
+    """Rebuilt in the main process: its error, with a note saying what was being rebuilt."""
+    with fastload.Loader(RebuildFailsAt(N, BAD), BATCH, num_workers=1) as loader:
+        out, pids = _epoch(loader)
+        assert [type(o) for o in out] == [list, ValueError, list, list], out
+        notes = "\n".join(getattr(out[1], "__notes__", []))
+        assert "cannot rebuild" in str(out[1]) and "a batch a worker pickled" in notes
+        assert len(pids) == 1 and loader.stats()["worker_restarts"] == 0

@@ -72,3 +72,28 @@ class LocalNamedtupleSamples:
 
     def __getitem__(self, i: int) -> Any:
         return local_namedtuple(i)
+
+
+def _cannot_rebuild() -> None:
+    raise ValueError("cannot rebuild")
+
+
+class PicklesButCannotBeRebuilt:
+    """Pickles in the worker; unpickling it (in the main process) raises."""
+
+    def __reduce__(self) -> Any:
+        return (_cannot_rebuild, ())
+
+
+class RebuildFailsAt:
+    """String object leaves, except sample ``bad``'s, which cannot be unpickled."""
+
+    def __init__(self, n: int, bad: int) -> None:
+        self.n, self.bad = n, bad
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        meta = PicklesButCannotBeRebuilt() if i == self.bad else f"s{i}"
+        return {"x": np.float32(i), "pid": os.getpid(), "meta": meta}
