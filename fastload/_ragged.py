@@ -441,13 +441,18 @@ def _unpicklable(layout: Any, objects: list[Any], count: int, error: Exception) 
     return error
 
 
-def unpicklable_part(value: Any, path: str, depth: int = 0
+def unpicklable_part(value: Any, path: str, depth: int = 0, seen: set[int] | None = None
                      ) -> tuple[str, Any, BaseException] | None:
     """The innermost part of ``value`` that pickle refuses, as (its path, it, the error), or
-    None if ``value`` pickles. Arrays are not pickled (they travel as raw bytes)."""
+    None if ``value`` pickles. Arrays are not pickled (they travel as raw bytes). Each object
+    is looked into once (``seen``): a structure that refers to itself is not walked again."""
     t = type(value)
     if (t is np.ndarray or t is np.memmap) and not value.dtype.hasobject:
         return None
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return None
+    seen.add(id(value))
     try:
         pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         return None
@@ -464,7 +469,7 @@ def unpicklable_part(value: Any, path: str, depth: int = 0
         elif isinstance(getattr(value, "__dict__", None), dict):
             parts = [(f"{path}.{name}", v) for name, v in vars(value).items()]
         for p, v in parts:
-            found = unpicklable_part(v, p, depth + 1)
+            found = unpicklable_part(v, p, depth + 1, seen)
             if found is not None:
                 return found
     return path, value, error

@@ -123,3 +123,15 @@ def test_a_part_that_pickles_but_cannot_be_rebuilt_fails_its_batch_with_a_note()
         notes = "\n".join(getattr(out[1], "__notes__", []))
         assert "cannot rebuild" in str(out[1]) and "a batch a worker pickled" in notes
         assert len(pids) == 1 and loader.stats()["worker_restarts"] == 0
+
+
+def test_the_part_is_found_in_a_structure_that_refers_to_itself():
+    import threading
+
+    from fastload._ragged import unpicklable_part
+
+    box = Box(None)
+    box.part = [box] * 10 + [{"ok": 1, "lock": threading.Lock()}]
+    path, value, error = unpicklable_part(box, "sample['meta']")
+    assert path == "sample['meta'].part[10]['lock']" and isinstance(error, TypeError)
+    assert unpicklable_part({"a": [1, 2], "b": Box(3)}, "sample") is None
