@@ -308,7 +308,10 @@ OPTIONS: tuple[Option, ...] = (
         "one copy in shared memory instead of each copying it (fork: page by page as it reads; "
         "spawn/forkserver: unpickled whole). Your object in the main process is not changed; "
         "``stats()[\"shared_dataset\"]`` lists what was shared (NOTE [shared datasets] in "
-        "fastload/_share.py). ``False`` sends the dataset as it is.",
+        "fastload/_share.py). An object whose class has pickling of its own (``__getstate__``, "
+        "``__setstate__``, ``__reduce__``, ``__reduce_ex__``) is left as it is, nothing in it "
+        "shared, and so are arrays, memmaps, open files and containers of them. ``False`` "
+        "sends the dataset as it is.",
         boolean,
     ),
     Option(
