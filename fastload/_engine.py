@@ -35,11 +35,11 @@ from ._kinds import filler_for, kind_of, plan_for
 from ._mailbox import Mailbox
 from ._memory import MemoryWatch
 from ._passes import Pass, Passes
-from ._pool import Pool, WorkerPool, default_start_method
+from ._pool import Pool, WorkerPool
 from ._scheduler import Scheduler, may_share
-from ._share import Sharing, share_dataset, unshared
+from ._share import Sharing, unshared
 from ._slots import SlotTable
-from ._startup import Startup
+from ._startup import Startup, start_workers
 from ._wait import POLL_INTERVAL_S, Deadline
 from .errors import LoaderClosedError, WorkerDied
 from .layout import BatchLayout
@@ -96,17 +96,11 @@ class Engine:
         self.sharing: Sharing | None = None  # NOTE [shared datasets] (_share.py)
         self.memwatch = MemoryWatch()
         if cfg.num_workers > 0:
-            fork = pool is None and (cfg.start_method or default_start_method()) == "fork"
-            self.sharing = share_dataset(dataset, "fork" if fork else "pickled", cfg.share_dataset)
-            self.sharing.tag(self.cid)
-            dataset = self.sharing.dataset
-            self.pool = (pool.check_usable() if pool is not None
-                         else WorkerPool(cfg.pool_config(), (self.cid, dataset)))
-            self.mail = self.faults.mail = Mailbox(self.pool, self.cid, cfg.timeout)
-            self.faults.bell = self.pool.bell
-            self.startup = Startup(self.cid, cfg, self.plan, self.passes, self.sched,
-                                   self.pool, self.mail)
-            self.pool.register(self.cid, self, dataset)
+            self.sharing, self.startup = start_workers(self.cid, dataset, cfg, self.plan,
+                                                       self.passes, self.sched, pool)
+            self.pool, self.mail = self.startup.pool, self.startup.mail
+            self.faults.mail, self.faults.bell = self.mail, self.pool.bell
+            self.pool.register(self.cid, self, self.sharing.dataset)
             if self.plan.ahead:  # a batch plan is asked in its epoch only
                 self.startup.send_probe()
 

@@ -26,12 +26,27 @@ from typing import Any
 from . import _messages as m
 from ._mailbox import Mailbox
 from ._passes import Pass, Passes
-from ._pool import WorkerPool
+from ._pool import Pool, WorkerPool, default_start_method
 from ._scheduler import Scheduler
+from ._share import Sharing, share_dataset
 from ._wait import POLL_INTERVAL_S, Deadline
 from .layout import BatchLayout
 
-__all__ = ["Startup"]
+__all__ = ["Startup", "start_workers"]
+
+
+def start_workers(cid: int, dataset: Any, cfg: Any, plan: Any, passes: Passes,
+                  sched: Scheduler, pool: Pool | None) -> tuple[Sharing, Startup]:
+    """The workers of client ``cid``: its dataset as the workers get it (NOTE [shared
+    datasets] in _share.py), a pool (``pool``'s, or a private one started now) and the
+    mailbox of its pipes, in a Startup. The caller registers itself with the pool."""
+    fork = pool is None and (cfg.start_method or default_start_method()) == "fork"
+    sharing = share_dataset(dataset, "fork" if fork else "pickled", cfg.share_dataset)
+    sharing.tag(cid)
+    workers = (pool.check_usable() if pool is not None
+               else WorkerPool(cfg.pool_config(), (cid, sharing.dataset)))
+    mail = Mailbox(workers, cid, cfg.timeout)
+    return sharing, Startup(cid, cfg, plan, passes, sched, workers, mail)
 
 
 class Startup:
