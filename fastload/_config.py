@@ -14,12 +14,14 @@ from ._settings import PoolConfig, check_worker_args
 __all__ = ["PoolConfig", "LoaderConfig", "check_worker_args", "dataset_len", "resolve_shard",
            "distributed_world"]
 
-#: Where shard="auto" looks for (rank, world size), in this order.
+#: The launchers' (rank, world size) variables, in the order shard="auto" reads them after an
+#: initialized process group (NOTE [rank detection]); Lightning's, without a global rank, apart.
 _SHARD_ENV = (
-    ("RANK", "WORLD_SIZE"),
+    ("RANK", "WORLD_SIZE"),  # torchrun, accelerate launch (GPU: torchrun), torch's env:// init
     ("SLURM_PROCID", "SLURM_NTASKS"),
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("PMI_RANK", "PMI_SIZE"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI
+    ("PMI_RANK", "PMI_SIZE"),  # MPICH, Intel MPI (accelerate launch on CPUs reads them too)
+    ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"),  # MVAPICH
 )
 
 
@@ -155,42 +157,136 @@ def dataset_len(dataset: Any) -> int:
     return n
 
 
-def distributed_world() -> tuple[int, str] | None:
-    """``(world size, where it was read)`` when this process is one of several ranks: an
-    initialized ``torch.distributed`` (only if torch is already imported), else the launchers'
-    environment (``_SHARD_ENV``); None for a single process."""
+# NOTE [rank detection]
+# shard="auto" asks, in order:
+# 1. an initialized ``torch.distributed`` process group (only if torch is already imported: the
+#    loader never imports it): its rank and world size are what the training step uses;
+# 2. the launchers' variables: ``RANK``/``WORLD_SIZE`` (torchrun, ``accelerate launch``), then
+#    Lightning's (its launcher sets ``WORLD_SIZE``, ``LOCAL_RANK`` and ``NODE_RANK`` but no
+#    ``RANK``; the global rank is NODE_RANK * processes per node + LOCAL_RANK, and the processes
+#    per node are known only on node 0 (any count) or from ``LOCAL_WORLD_SIZE``), then Slurm,
+#    Open MPI, PMI (MPICH, Intel MPI) and MVAPICH;
+# 3. none of them: one process, (0, 1).
+# A group and a launcher of several processes that disagree are refused (two truths about this
+# rank: one of them would shard wrongly, silently); a launcher that says one process (Slurm's
+# single task running ``mp.spawn``) does not contradict a group. Variables that say several
+# processes without saying which this one is (WORLD_SIZE=2 alone) are refused unless a group
+# or a later launcher of that size says it.
+
+
+@dataclass(frozen=True)
+class _EnvRanks:
+    """What the launchers' variables say: ``rank`` None when they give the world size only."""
+
+    rank: int | None
+    world: int
+    source: str
+
+
+def _env_int(name: str) -> int:
+    value = os.environ[name]
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"shard='auto': {name}={value!r} is not an integer") from None
+
+
+def _lightning_rank(world: int) -> _EnvRanks:
+    """Lightning's launcher: WORLD_SIZE, LOCAL_RANK and NODE_RANK (GROUP_RANK), no RANK."""
+    local = _env_int("LOCAL_RANK")
+    node_var = "NODE_RANK" if "NODE_RANK" in os.environ else "GROUP_RANK"
+    node = _env_int(node_var) if node_var in os.environ else 0
+    said = f"WORLD_SIZE={world}, LOCAL_RANK={local}, {node_var}={node}"
+    if node == 0:
+        return _EnvRanks(local, world, said)
+    if "LOCAL_WORLD_SIZE" in os.environ:
+        per_node = _env_int("LOCAL_WORLD_SIZE")
+        return _EnvRanks(node * per_node + local, world, f"{said}, LOCAL_WORLD_SIZE={per_node}")
+    return _EnvRanks(None, world, f"{said} and no RANK or LOCAL_WORLD_SIZE")
+
+
+def _env_ranks() -> _EnvRanks | None:
+    """NOTE [rank detection], step 2: the first launcher whose variables are set."""
+    unresolved: _EnvRanks | None = None
+    for rk, wk in _SHARD_ENV:
+        if wk not in os.environ:
+            if rk == "RANK" and rk in os.environ and _env_int(rk) > 0:
+                unresolved = _EnvRanks(None, 0, f"RANK={os.environ[rk]} and no WORLD_SIZE")
+            continue
+        world = _env_int(wk)
+        if rk in os.environ:
+            found = _EnvRanks(_env_int(rk), world, f"{rk}={os.environ[rk]}, {wk}={world}")
+        elif rk == "RANK" and "LOCAL_RANK" in os.environ:
+            found = _lightning_rank(world)
+        elif world > 1:
+            found = _EnvRanks(None, world, f"{wk}={world} and no {rk}")
+        else:
+            continue
+        if found.rank is not None:
+            if unresolved is not None and unresolved.world not in (0, found.world):
+                raise ValueError(
+                    f"shard='auto': the launchers' variables disagree ({unresolved.source}; "
+                    f"{found.source}); pass shard=(rank, world_size)")
+            return found
+        unresolved = unresolved or found
+    return unresolved
+
+
+def _group_ranks() -> tuple[int, int] | None:
+    """NOTE [rank detection], step 1: (rank, world size) of an initialized torch.distributed."""
     import sys
 
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
-            world = int(dist.get_world_size())
-            return (world, "torch.distributed") if world > 1 else None
+            return int(dist.get_rank()), int(dist.get_world_size())
     except (RuntimeError, ValueError, AttributeError):
         pass
-    for _, wk in _SHARD_ENV:
-        value = os.environ.get(wk, "")
-        if value.isdigit():
-            return (int(value), f"{wk}={value}") if int(value) > 1 else None
     return None
 
 
+def distributed_world() -> tuple[int, str] | None:
+    """``(world size, where it was read)`` when this process is one of several ranks: an
+    initialized ``torch.distributed`` (only if torch is already imported), else the launchers'
+    variables (NOTE [rank detection]); None for a single process."""
+    group = _group_ranks()
+    if group is not None:
+        return (group[1], "torch.distributed") if group[1] > 1 else None
+    try:
+        env = _env_ranks()
+    except ValueError:
+        return None  # shard="auto" says what is wrong with the variables
+    if env is None or env.world <= 1:
+        return None
+    return env.world, env.source
+
+
 def resolve_shard(shard: tuple[int, int] | str | None) -> tuple[int, int]:
-    """``shard=`` of a Loader: None, "auto" (from the environment) or (rank, world_size)."""
+    """``shard=`` of a Loader: None, "auto" (NOTE [rank detection]) or (rank, world_size)."""
     if shard is None:
         return (0, 1)
     if shard == "auto":
-        for rk, wk in _SHARD_ENV:
-            if rk in os.environ and wk in os.environ:
-                try:
-                    rank, world = int(os.environ[rk]), int(os.environ[wk])
-                except ValueError:
-                    raise ValueError(
-                        f"shard='auto': {rk}={os.environ[rk]!r}, {wk}={os.environ[wk]!r} are not "
-                        "integers"
-                    ) from None
-                return resolve_shard((rank, world))
-        return (0, 1)
+        group = _group_ranks()
+        env = _env_ranks()
+        several = env is not None and env.world > 1
+        if group is not None:
+            if several and env is not None and (env.world != group[1] or env.rank not in (
+                    None, group[0])):
+                raise ValueError(
+                    f"shard='auto': torch.distributed says rank {group[0]} of {group[1]} but "
+                    f"the launcher's variables say {env.source}; fix the launch (or the "
+                    "variables) so that they agree, or pass shard=(rank, world_size)"
+                )
+            return resolve_shard(group)
+        if env is None:
+            return (0, 1)
+        if env.rank is None:
+            raise ValueError(
+                f"shard='auto': the environment says several processes ({env.source}) but not "
+                "which one this is; set RANK (with WORLD_SIZE), build the Loader after "
+                "torch.distributed.init_process_group, or pass shard=(rank, world_size)"
+            )
+        return resolve_shard((env.rank, env.world))
     if isinstance(shard, str):
         raise ValueError(f"shard must be None, 'auto' or (rank, world_size), got {shard!r}")
     try:

@@ -117,7 +117,7 @@ def _warn_if_every_rank_gets_everything(engine: Engine) -> None:
     (the same script must give the same batches wherever it runs); it warns, once per loader,
     at the first ``iter()``. A batch plan (its owner samples) and a plain iterable (it splits
     itself, as under torch) are left alone."""
-    from ._config import distributed_world
+    from ._config import distributed_world, resolve_shard
 
     if engine.cfg.batch_plan is not None or engine.plan.iterable:
         return
@@ -126,11 +126,16 @@ def _warn_if_every_rank_gets_everything(engine: Engine) -> None:
         return
     import warnings
 
+    try:  # the advice must work here: shard="auto" reads what distributed_world() read
+        resolve_shard("auto")
+        advice = "Pass shard='auto' (each rank its own share, equal batch counts) or "
+    except ValueError as e:
+        advice = f"shard='auto' cannot tell this rank here ({e}). Pass "
     warnings.warn(
         f"this process is one of {world[0]} ranks ({world[1]}) and this fastload.Loader is not "
-        "sharded: every rank loads the whole dataset each epoch. Pass shard='auto' (each rank "
-        "its own share, equal batch counts) or shard=(rank, world_size); shard=(0, 1) says "
-        "that every rank should see everything and silences this warning",
+        f"sharded: every rank loads the whole dataset each epoch. {advice}"
+        "shard=(rank, world_size); shard=(0, 1) says that every rank should see everything and "
+        "silences this warning",
         RuntimeWarning, stacklevel=3,
     )
 

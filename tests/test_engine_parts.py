@@ -98,7 +98,7 @@ def test_shard_auto_reads_the_environment(monkeypatch):
     assert resolve_shard("auto") == (1, 3)
     monkeypatch.setenv("RANK", "x")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ValueError, match="not integers"):
+    with pytest.raises(ValueError, match=r"RANK='x' is not an integer"):
         resolve_shard("auto")
 
 

@@ -149,13 +149,29 @@ def test_one_rank_of_several_without_shard_is_warned_once(monkeypatch):
     monkeypatch.setenv("SLURM_NTASKS", "4")
     monkeypatch.setenv("SLURM_PROCID", "1")
     loader = fastload.Loader(Range(10), 4, num_workers=0)
-    with pytest.warns(RuntimeWarning, match=r"one of 4 ranks \(SLURM_NTASKS=4\).*shard='auto'"):
+    with pytest.warns(RuntimeWarning, match=r"one of 4 ranks \(SLURM_PROCID=1, SLURM_NTASKS=4\).*Pass shard='auto'"):
         assert len(list(loader)) == 3
     assert len(list(loader)) == 3  # once per loader (a second warning would be an error here)
     assert len(list(fastload.Loader(Range(10), 4, num_workers=0, shard=(0, 1)))) == 3
     assert len(list(fastload.Loader(Range(10), 4, num_workers=0, shard="auto"))) == 1
     planned = fastload.Loader(Range(10), 4, num_workers=0, batch_plan=lambda e: [[0, 1]])
     assert len(list(planned)) == 1  # the plan's owner samples: not warned
+
+
+def test_the_warning_advises_only_what_works(monkeypatch):
+    # Lightning's variables on node 1 without a per-node count: shard="auto" cannot tell the
+    # rank, so the warning says why and advises shard=(rank, world_size) instead
+    for k in ("RANK", "SLURM_NTASKS", "SLURM_PROCID", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("NODE_RANK", "1")
+    loader = fastload.Loader(Range(10), 4, num_workers=0)
+    with pytest.warns(RuntimeWarning, match=r"cannot tell this rank here .*NODE_RANK=1.*\. "
+                                            r"Pass shard=\(rank, world_size\)"):
+        list(loader)
+    with pytest.raises(ValueError, match="not which one this is"):
+        fastload.Loader(Range(10), 4, num_workers=0, shard="auto")
 
 
 def test_several_foreign_keyword_arguments_are_all_named():
