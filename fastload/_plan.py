@@ -9,6 +9,22 @@ global order is cut (drop_last) or padded by wrapping around to a multiple of wo
 rank r takes positions r, r + world, ... Padded positions are duplicates; ``mask`` says which
 samples are real (``return_mask=True``).
 
+NOTE [resume across ranks]
+Data-parallel ranks consume batches in lock step (equal batch counts), so one rank's state is
+every rank's: rank r at position p means the ranks together consumed the first
+min(p * batch_size, n_local) * world positions of the epoch's padded global order (rank r takes
+r, r + world, ...: what p batches take is a prefix), i.e. every sample before that point.
+``state()`` records the world size, the batch size and the epoch's history of world changes;
+``restore()`` on the same world size goes on with the very batches of an uninterrupted run (the
+saving rank does not matter), and on another world size it splits the rest of the epoch (the
+global order's unconsumed part, in order) across the new ranks as NOTE [rank sharding] does the
+whole epoch: padded by wrapping around (masked) or cut with drop_last, equal batch counts, no
+sample lost or repeated. Only that epoch changes: the next epochs are the new world size's
+usual plan. One state (rank 0's, as Lightning and ``torch.distributed.checkpoint`` save it) is
+thus enough for every rank. A further world change in the same epoch applies to the rest: the
+history lists each (world size, batches consumed) step. ``StreamPlan`` (fastload/_stream.py)
+shares this and only cuts the shares differently (contiguous ranges).
+
 NOTE [batch plans]
 Front ends with their own samplers (fastload.compat) pass ``batch_plan(epoch)`` -> batches of
 indices. It is called once per epoch, in epoch order, and never before that epoch has started
@@ -69,6 +85,10 @@ class EpochPlan:
         self.nbatches = nl // batch_size if drop_last else math.ceil(nl / batch_size)
         self._orders: dict[int, tuple[_Array, _Array]] = {}  # epoch -> (order, valid)
         self._plans: dict[int, list[_Array]] = {}
+        # epoch -> (its samples, in order, that no rank consumed before the world size changed,
+        # the history of [world size, batches consumed] that left them): NOTE [resume across
+        # ranks]
+        self.rest: dict[int, tuple[_Array, list[list[int]]]] = {}
 
     @property
     def rows(self) -> int:
@@ -87,23 +107,42 @@ class EpochPlan:
         """This rank's sample indices of ``epoch``, in order (int64)."""
         return self._order(epoch)[0]
 
+    def _global(self, epoch: int, seed: int | None = None) -> _Array:
+        """The epoch's global order of samples (with ``seed``, default this plan's), before
+        the ranks take their shares."""
+        if not self.shuffle:
+            return np.arange(self.n, dtype=np.int64)
+        ss = np.random.SeedSequence([self.seed if seed is None else seed, epoch])
+        o = np.random.Generator(np.random.PCG64(ss)).permutation(self.n)
+        return o.astype(np.int64, copy=False)
+
+    def _share(self, n: int, world: int) -> int:
+        """Samples per rank when ``world`` ranks split ``n`` (NOTE [rank sharding])."""
+        return (n // world if self.drop_last else math.ceil(n / world)) if n else 0
+
+    def _split(self, samples: _Array) -> tuple[_Array, _Array]:
+        """This rank's share of ``samples`` (in order), and which of it is real (NOTE [rank
+        sharding]): positions rank, rank + world, ... of ``samples`` padded by wrapping around
+        or cut to a multiple of the world size."""
+        n, w = len(samples), self.world
+        idx = np.arange(self._share(n, w), dtype=np.int64) * w + self.rank
+        return (samples[idx % n] if n else samples[:0]), idx < n
+
+    def _gone(self, n: int, world: int, position: int) -> _Array:
+        """Which of ``n`` samples in order ``world`` ranks consumed with ``position`` batches
+        each (NOTE [resume across ranks]): a prefix, as the shares interleave."""
+        taken = min(position * self.batch_size, self._share(n, world)) * world
+        gone: _Array = np.arange(n) < taken
+        return gone
+
     def _order(self, epoch: int) -> tuple[_Array, _Array]:
         got = self._orders.get(epoch)
         if got is None:
-            if self.shuffle:
-                ss = np.random.SeedSequence([self.seed, epoch])
-                o = np.random.Generator(np.random.PCG64(ss)).permutation(self.n)
-                o = o.astype(np.int64, copy=False)
-            else:
-                o = np.arange(self.n, dtype=np.int64)
-            valid = np.ones(len(o), np.bool_)
-            if self.world > 1:  # NOTE [rank sharding]
-                total = self.n_local * self.world
-                valid = (np.arange(total) < self.n)[self.rank :: self.world]
-                o = np.resize(o, total)[self.rank :: self.world]
+            rest = self.rest.get(epoch)
+            got = self._split(rest[0] if rest is not None else self._global(epoch))
             for old in [e for e in self._orders if e < epoch - 1 and e not in self.keep]:
                 del self._orders[old]
-            got = self._orders[epoch] = (o, valid)
+            self._orders[epoch] = got
         return got
 
     def prepare(self, epoch: int) -> None:
@@ -143,7 +182,16 @@ class EpochPlan:
         return p
 
     def nbatches_of(self, epoch: int) -> int:
-        return self.nbatches if self.batch_plan is None else len(self.plan(epoch))
+        if self.batch_plan is not None:
+            return len(self.plan(epoch))
+        if epoch not in self.rest:
+            return self.nbatches
+        return self._batches(len(self._order(epoch)[0]))
+
+    def _batches(self, samples: int) -> int:
+        """Batches of a rank's ``samples``."""
+        bs = self.batch_size
+        return samples // bs if self.drop_last else math.ceil(samples / bs)
 
     def user_len(self, epoch: int) -> int:
         """What len(loader) says for ``epoch``."""
@@ -189,7 +237,8 @@ class EpochPlan:
 
     # -- resume ------------------------------------------------------------------------------
     def state(self, epoch: int, position: int) -> dict[str, Any]:
-        """A small JSON-serialisable dict: resume at batch ``position`` of ``epoch``."""
+        """A small JSON-serialisable dict: resume at batch ``position`` of ``epoch`` (on any
+        rank and world size: NOTE [resume across ranks])."""
         return {
             "format": STATE_FORMAT,
             "seed": self.seed,
@@ -200,10 +249,13 @@ class EpochPlan:
             "shuffle": self.shuffle,
             "drop_last": self.drop_last,
             "shard": [self.rank, self.world],
+            "history": [list(h) for h in self.rest.get(epoch, (None, []))[1]],
         }
 
     def restore(self, state: dict[str, Any]) -> tuple[int, int]:
-        """Take the seed of ``state`` (checked against this plan); returns (epoch, position)."""
+        """Take the seed of ``state`` (checked against this plan); returns (epoch, position).
+        A state of any rank, of this or another world size, resumes this rank (NOTE [resume
+        across ranks])."""
         if self.batch_plan is not None:
             raise NotImplementedError("resuming a loader driven by a custom sampler")
         if state.get("format") != STATE_FORMAT:
@@ -212,19 +264,50 @@ class EpochPlan:
             raise ValueError("the state was saved by a Loader over a fastload.ShardedStream; "
                              "this one reads a map-style dataset")
         for key, mine in (("len", self.n), ("batch_size", self.batch_size),
-                          ("shuffle", self.shuffle), ("drop_last", self.drop_last),
-                          ("shard", [self.rank, self.world])):
-            if state.get(key, [0, 1] if key == "shard" else None) != mine:
+                          ("shuffle", self.shuffle), ("drop_last", self.drop_last)):
+            if state.get(key) != mine:
                 raise ValueError(
                     f"the state was saved with {key}={state.get(key)!r} but this loader has "
                     f"{key}={mine!r}; resuming would not reproduce the same batches"
                 )
         epoch, position = state.get("epoch"), state.get("position")
-        if (not isinstance(epoch, int) or not isinstance(position, int) or epoch < 0
-                or not (0 <= position <= self.nbatches)):
+        shard, history = state.get("shard", [0, 1]), self._history(state)
+        if (not isinstance(shard, (list, tuple)) or len(shard) != 2
+                or not all(isinstance(x, int) for x in shard) or not 0 <= shard[0] < shard[1]):
+            raise ValueError(f"invalid state: shard {shard!r} (expected [rank, world_size])")
+        saved_world = int(shard[1])
+        if not isinstance(epoch, int) or not isinstance(position, int) or epoch < 0:
             raise ValueError(f"invalid state: epoch {epoch!r}, position {position!r}")
         from ._settings import check_seed
 
-        self.seed = check_seed(state.get("seed"), "the state's seed must be")
+        seed = check_seed(state.get("seed"), "the state's seed must be")
+        left = self._remaining(seed, epoch, history)
+        if not 0 <= position <= self._batches(self._share(len(left), saved_world)):
+            raise ValueError(f"invalid state: epoch {epoch!r}, position {position!r}")
+        self.seed = seed
         self._orders.clear()
+        self.rest.clear()
+        if saved_world != self.world and (position or history):
+            history.append([saved_world, position])
+            left, position = self._remaining(seed, epoch, history), 0
+        if history:
+            self.rest[epoch] = (left, history)
         return epoch, position
+
+    def _history(self, state: dict[str, Any]) -> list[list[int]]:
+        history = state.get("history", [])
+        try:
+            out = [[int(w), int(p)] for w, p in history]
+        except (TypeError, ValueError):
+            raise ValueError(f"invalid state: history {history!r}") from None
+        if any(w < 1 or p < 0 for w, p in out):
+            raise ValueError(f"invalid state: history {history!r}")
+        return out
+
+    def _remaining(self, seed: int, epoch: int, history: list[list[int]]) -> _Array:
+        """The samples of ``epoch`` (seed ``seed``), in order, that no rank consumed in
+        ``history`` (NOTE [resume across ranks])."""
+        left = self._global(epoch, seed)
+        for w, p in history:
+            left = left[~self._gone(len(left), w, p)]
+        return left

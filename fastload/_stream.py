@@ -26,12 +26,13 @@ again). With another world size, every rank computes the positions all ranks con
 consume in lock step: equal batch counts, so one rank's position is every rank's) and splits
 the rest of the epoch (in its order) across the new ranks as above; the order of the rest then
 differs from an uninterrupted run, no sample is lost or repeated. Later epochs are as usual.
+The bookkeeping is a map-style plan's (NOTE [resume across ranks] in _plan.py): a stream's
+plan only cuts the shares (``_split``) and the consumed part (``_gone``) contiguously.
 """
 
 from __future__ import annotations
 
 import bisect
-import math
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable
@@ -349,38 +350,31 @@ def stream_view(stream: ShardedStream, shuffle: bool, shuffle_buffer: int | None
 
 class StreamPlan(EpochPlan):
     """EpochPlan of a StreamView: contiguous rank ranges of positions (NOTE [stream order]),
-    resume across world sizes (NOTE [stream resume])."""
+    resume across world sizes as a map-style plan's (NOTE [stream resume])."""
 
     def __init__(self, view: StreamView, batch_size: int, *, shuffle: bool, seed: int,
                  drop_last: bool, shard: tuple[int, int] = (0, 1)) -> None:
         super().__init__(view.n, batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                          shard=shard)
         self.view = view
-        # epoch -> (its positions not consumed before the world size changed, the history of
-        # (world, batches consumed) that left them): NOTE [stream resume]
-        self.rest: dict[int, tuple[_Array, list[list[int]]]] = {}
+
+    def _global(self, epoch: int, seed: int | None = None) -> _Array:
+        # the view's positions: the view shuffles (NOTE [stream order])
+        return np.arange(self.n, dtype=np.int64)
 
     def _split(self, positions: _Array) -> tuple[_Array, _Array]:
-        n, w = len(positions), self.world
-        m = (n // w if self.drop_last else math.ceil(n / w)) if n else 0
+        n = len(positions)
+        m = self._share(n, self.world)
         idx = np.arange(self.rank * m, (self.rank + 1) * m)
         return (positions[idx % n] if n else positions[:0]), idx < n
 
-    def _order(self, epoch: int) -> tuple[_Array, _Array]:
-        got = self._orders.get(epoch)
-        if got is None:
-            rest = self.rest.get(epoch)
-            got = self._split(rest[0] if rest is not None else np.arange(self.n, dtype=np.int64))
-            for old in [e for e in self._orders if e < epoch - 1 and e not in self.keep]:
-                del self._orders[old]
-            self._orders[epoch] = got
-        return got
-
-    def nbatches_of(self, epoch: int) -> int:
-        if epoch not in self.rest:
-            return self.nbatches
-        m = len(self._order(epoch)[0])
-        return m // self.batch_size if self.drop_last else math.ceil(m / self.batch_size)
+    def _gone(self, n: int, world: int, position: int) -> _Array:
+        m = self._share(n, world)
+        take = min(position * self.batch_size, m)
+        gone = np.zeros(n, np.bool_)
+        for r in range(world):
+            gone[r * m: min(r * m + take, n)] = True
+        return gone
 
     def digest(self) -> list[int]:
         lengths = self.view.lengths
@@ -394,7 +388,6 @@ class StreamPlan(EpochPlan):
         counts = np.bincount(shard_of, minlength=len(self.view.lengths))
         st["stream"] = {
             "digest": self.digest(),
-            "history": [list(h) for h in self.rest.get(epoch, (None, []))[1]],
             # derived, for people: samples of each shard this rank has delivered this epoch
             "cursors": {str(k): int(c) for k, c in enumerate(counts.tolist()) if c},
         }
@@ -408,30 +401,6 @@ class StreamPlan(EpochPlan):
             raise ValueError("the state was saved for a stream with other shards or shard "
                              f"lengths (digest {stream.get('digest')!r}, this one "
                              f"{self.digest()!r}); resuming would not continue the same epoch")
-        saved_world = int(state.get("shard", [0, 1])[1])
-        probe = dict(state, shard=[self.rank, self.world], len=self.n)
-        epoch, position = super().restore(probe) if saved_world == self.world else (
-            super().restore(dict(probe, position=0)))
-        history = [[int(w), int(p)] for w, p in stream.get("history", [])]
-        self.rest.clear()
-        if saved_world == self.world:
-            if history:
-                self.rest[epoch] = (self._remaining(history), history)
-            return epoch, position
-        position = int(state["position"])
-        history.append([saved_world, position])
-        self.rest[epoch] = (self._remaining(history), history)
-        return epoch, 0
-
-    def _remaining(self, history: list[list[int]]) -> _Array:
-        """The epoch's positions, in order, that no rank consumed in ``history``."""
-        left = np.arange(self.n, dtype=np.int64)
-        for w, p in history:
-            n = len(left)
-            m = (n // w if self.drop_last else math.ceil(n / w)) if n else 0
-            take = min(p * self.batch_size, m)
-            gone = np.zeros(n, np.bool_)
-            for r in range(w):
-                gone[r * m: min(r * m + take, n)] = True
-            left = left[~gone]
-        return left
+        # len: the digest checked it; history: earlier states kept it in "stream"
+        return super().restore(dict(state, len=self.n,
+                                    history=state.get("history", stream.get("history", []))))

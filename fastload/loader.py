@@ -286,6 +286,9 @@ class Loader:
 
         The dataset length, batch_size, shuffle and drop_last must match; the seed is taken
         from the state. The next ``for`` over the loader resumes mid-epoch if the state was.
+        With ``shard``, the state of any one rank (rank 0's) resumes every rank, on the same
+        world size (each rank's uninterrupted batches) or another (the rest of the epoch split
+        across the new ranks, nothing lost or repeated: NOTE [resume across ranks]).
         """
         if self._engine is None:
             raise LoaderClosedError("this Loader was not constructed")

@@ -90,3 +90,51 @@ def test_sample_rng_is_independent_of_workers_and_start_method(ds):
 def test_sample_rng_outside_a_loader_is_an_error():
     with pytest.raises(RuntimeError, match="sample_rng"):
         fastload.sample_rng()
+
+
+def _real(batches):
+    return [i for b, m in batches for i in b[m].tolist()]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("nw", [0, 2])
+@pytest.mark.parametrize("old_world, new_world, drop_last", [(3, 2, False), (2, 5, True)])
+def test_one_ranks_state_resumes_every_rank_on_another_world_size(nw, old_world, new_world,
+                                                                  drop_last):
+    # NOTE [resume across ranks] (fastload/_plan.py): as Lightning does, rank 0 saves; every
+    # rank of the new run (another world size) loads that one state
+    n, bs = 53, 4
+    kw = dict(shuffle=True, return_mask=True, drop_last=drop_last, num_workers=nw)
+    seen, states = [], []
+    for r in range(old_world):
+        with fastload.Loader(np.arange(n), bs, seed=5, shard=(r, old_world), **kw) as ld:
+            list(ld)  # epoch 0
+            got = []
+            for b, m in ld:  # epoch 1: 3 batches, then the job stops
+                got.append((b.copy(), m.copy()))
+                if len(got) == 3:
+                    break
+            seen += _real(got)
+            states.append(json.loads(json.dumps(ld.state_dict())))
+    assert {(s["epoch"], s["position"]) for s in states} == {(1, 3)}  # lock step
+    counts = []
+    for r in range(new_world):
+        with fastload.Loader(np.arange(n), bs, shard=(r, new_world), **kw) as ld:
+            ld.load_state_dict(states[0])
+            announced = len(ld)  # the resumed epoch's batches on this rank
+            rest = [(b.copy(), m.copy()) for b, m in ld]
+            assert announced == len(rest)
+            counts.append(len(rest))
+            seen += _real(rest)
+            after = [b.tolist() for b, _ in ld]  # epoch 2: the new world's usual plan
+        with fastload.Loader(np.arange(n), bs, seed=5, shard=(r, new_world), **kw) as fresh:
+            list(fresh)
+            list(fresh)
+            assert after == [b.tolist() for b, _ in fresh]
+    assert len(set(counts)) == 1, f"the new ranks got different batch counts: {counts}"
+    assert len(seen) == len(set(seen)), "a sample was delivered twice"
+    if drop_last:
+        left = n - old_world * 3 * bs
+        assert counts[0] == left // new_world // bs
+    else:
+        assert sorted(seen) == list(range(n)), "a sample was lost"
