@@ -110,6 +110,25 @@ def _unknown_arguments(unknown: Mapping[str, Any]) -> str:
     return "Loader() got unexpected keyword arguments:\n  " + "\n  ".join(lines)
 
 
+def _check_auto_shard_still_holds(built: tuple[int, int]) -> None:
+    """NOTE [rank detection] (_config.py): shard="auto" is resolved when the Loader is built. A
+    Loader built before the launcher started the ranks (Lightning's ``Trainer.fit`` starts them
+    and sets their variables) took the whole dataset on rank 0 while the other ranks shard:
+    different batch counts, a hang or duplicated data. The first ``iter()`` reads "auto" again
+    and refuses a change."""
+    from ._config import resolve_shard
+
+    now = resolve_shard("auto")
+    if now != built:
+        raise ValueError(
+            f"shard='auto' was rank {built[0]} of {built[1]} when this Loader was built but is "
+            f"rank {now[0]} of {now[1]} now: the ranks were started (or torch.distributed "
+            "initialized) after it was built. Build the Loader where the ranks exist (with "
+            "Lightning: in train_dataloader() or a LightningDataModule's hooks), or pass "
+            "shard=(rank, world_size)"
+        )
+
+
 def _warn_if_every_rank_gets_everything(engine: Engine) -> None:
     """NOTE [one rank of many]: a map-style dataset or a ShardedStream iterated by each of
     several ranks (torchrun, Slurm, MPI, torch.distributed) without ``shard=`` hands every rank
@@ -190,6 +209,9 @@ class Loader:
         given = locals()
         self._engine: Engine | None = None
         self._world_checked = shard is not None  # NOTE [one rank of many]: said explicitly
+        # NOTE [rank detection] (_config.py): "auto" is read when the Loader is built, and read
+        # again at the first iter() (a launcher may start the ranks in between: Lightning's)
+        self._auto_checked = not (isinstance(shard, str) and shard == "auto")
         if unknown:
             raise TypeError(_unknown_arguments(unknown))
         # Checked before anything uses them (a stream's shuffle, an iterable's checks);
@@ -262,6 +284,9 @@ class Loader:
         if not self._world_checked:
             self._world_checked = True
             _warn_if_every_rank_gets_everything(self._engine)
+        if not self._auto_checked:
+            _check_auto_shard_still_holds(self._engine.cfg.shard)  # each iter() until it holds
+            self._auto_checked = True
         return _EpochIterator(self._engine, self)
 
     def close(self) -> None:

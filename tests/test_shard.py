@@ -185,6 +185,21 @@ def test_shard_auto_refuses_a_group_and_variables_that_disagree(no_launcher, env
         fastload.Loader(np.arange(4), 2, shard="auto", num_workers=0)
 
 
+def test_shard_auto_refuses_ranks_started_after_the_loader_was_built(no_launcher):
+    # a Loader built at the top of a Lightning script, before Trainer.fit starts the ranks:
+    # rank 0 saw one process; at the first iter() it is rank 0 of 2
+    ld = fastload.Loader(np.arange(10), 2, shard="auto", num_workers=0)
+    no_launcher.setitem(sys.modules, "torch.distributed", _Group(0, 2))
+    with pytest.raises(ValueError, match=r"rank 0 of 1 when this Loader was built but is rank 0 "
+                                         r"of 2 now.*train_dataloader\(\)"):
+        iter(ld)
+    with pytest.raises(ValueError, match="when this Loader was built"):
+        iter(ld)  # still refused: nothing was loaded on the wrong shard
+    ld.close()
+    ok = fastload.Loader(np.arange(10), 2, shard="auto", num_workers=0)  # built after
+    assert len(list(ok)) == 3 and len(list(ok)) == 3
+
+
 @pytest.mark.timeout(120)
 def test_shard_auto_with_a_real_gloo_group_and_no_rank_variables(no_launcher):
     pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
