@@ -180,7 +180,8 @@ class _EnvRanks:
 
     rank: int | None
     world: int
-    source: str
+    source: str  # the variables read, for errors
+    world_var: str  # the one that gave the world size (the shard=None warning names it)
 
 
 def _env_int(name: str) -> int:
@@ -198,11 +199,12 @@ def _lightning_rank(world: int) -> _EnvRanks:
     node = _env_int(node_var) if node_var in os.environ else 0
     said = f"WORLD_SIZE={world}, LOCAL_RANK={local}, {node_var}={node}"
     if node == 0:
-        return _EnvRanks(local, world, said)
+        return _EnvRanks(local, world, said, f"WORLD_SIZE={world}")
     if "LOCAL_WORLD_SIZE" in os.environ:
         per_node = _env_int("LOCAL_WORLD_SIZE")
-        return _EnvRanks(node * per_node + local, world, f"{said}, LOCAL_WORLD_SIZE={per_node}")
-    return _EnvRanks(None, world, f"{said} and no RANK or LOCAL_WORLD_SIZE")
+        return _EnvRanks(node * per_node + local, world, f"{said}, LOCAL_WORLD_SIZE={per_node}",
+                         f"WORLD_SIZE={world}")
+    return _EnvRanks(None, world, f"{said} and no RANK or LOCAL_WORLD_SIZE", f"WORLD_SIZE={world}")
 
 
 def _env_ranks() -> _EnvRanks | None:
@@ -211,15 +213,16 @@ def _env_ranks() -> _EnvRanks | None:
     for rk, wk in _SHARD_ENV:
         if wk not in os.environ:
             if rk == "RANK" and rk in os.environ and _env_int(rk) > 0:
-                unresolved = _EnvRanks(None, 0, f"RANK={os.environ[rk]} and no WORLD_SIZE")
+                unresolved = _EnvRanks(None, 0, f"RANK={os.environ[rk]} and no WORLD_SIZE", "")
             continue
         world = _env_int(wk)
         if rk in os.environ:
-            found = _EnvRanks(_env_int(rk), world, f"{rk}={os.environ[rk]}, {wk}={world}")
+            found = _EnvRanks(_env_int(rk), world, f"{rk}={os.environ[rk]}, {wk}={world}",
+                              f"{wk}={world}")
         elif rk == "RANK" and "LOCAL_RANK" in os.environ:
             found = _lightning_rank(world)
         elif world > 1:
-            found = _EnvRanks(None, world, f"{wk}={world} and no {rk}")
+            found = _EnvRanks(None, world, f"{wk}={world} and no {rk}", f"{wk}={world}")
         else:
             continue
         if found.rank is not None:
@@ -258,7 +261,7 @@ def distributed_world() -> tuple[int, str] | None:
         return None  # shard="auto" says what is wrong with the variables
     if env is None or env.world <= 1:
         return None
-    return env.world, env.source
+    return env.world, env.world_var
 
 
 def resolve_shard(shard: tuple[int, int] | str | None) -> tuple[int, int]:

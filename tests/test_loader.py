@@ -149,7 +149,7 @@ def test_one_rank_of_several_without_shard_is_warned_once(monkeypatch):
     monkeypatch.setenv("SLURM_NTASKS", "4")
     monkeypatch.setenv("SLURM_PROCID", "1")
     loader = fastload.Loader(Range(10), 4, num_workers=0)
-    with pytest.warns(RuntimeWarning, match=r"one of 4 ranks \(SLURM_PROCID=1, SLURM_NTASKS=4\).*Pass shard='auto'"):
+    with pytest.warns(RuntimeWarning, match=r"one of 4 ranks \(SLURM_NTASKS=4\).*Pass shard='auto'"):
         assert len(list(loader)) == 3
     assert len(list(loader)) == 3  # once per loader (a second warning would be an error here)
     assert len(list(fastload.Loader(Range(10), 4, num_workers=0, shard=(0, 1)))) == 3
