@@ -19,11 +19,14 @@ r, r + world, ...: what p batches take is a prefix), i.e. every sample before th
 saving rank does not matter), and on another world size it splits the rest of the epoch (the
 global order's unconsumed part, in order) across the new ranks as NOTE [rank sharding] does the
 whole epoch: padded by wrapping around (masked) or cut with drop_last, equal batch counts, no
-sample lost or repeated. Only that epoch changes: the next epochs are the new world size's
+sample lost or repeated. Batches keep their numbers: the resumed epoch goes on at batch p and
+has p + (the rest's batches) of them (``len(loader)``), as on the same world size, since the
+training loops that restore a checkpoint (Lightning's) count the batches already done and stop
+at ``len(loader)``. Only that epoch changes: the next epochs are the new world size's
 usual plan. One state (rank 0's, as Lightning and ``torch.distributed.checkpoint`` save it) is
 thus enough for every rank. A further world change in the same epoch applies to the rest: the
-history lists each (world size, batches consumed) step. ``StreamPlan`` (fastload/_stream.py)
-shares this and only cuts the shares differently (contiguous ranges).
+history lists each (world size, the batch number it stopped at) step. ``StreamPlan``
+(fastload/_stream.py) shares this and only cuts the shares differently (contiguous ranges).
 
 NOTE [batch plans]
 Front ends with their own samplers (fastload.compat) pass ``batch_plan(epoch)`` -> batches of
@@ -86,8 +89,8 @@ class EpochPlan:
         self._orders: dict[int, tuple[_Array, _Array]] = {}  # epoch -> (order, valid)
         self._plans: dict[int, list[_Array]] = {}
         # epoch -> (its samples, in order, that no rank consumed before the world size changed,
-        # the history of [world size, batches consumed] that left them): NOTE [resume across
-        # ranks]
+        # the history of [world size, batch it stopped at] that left them): NOTE [resume across
+        # ranks]; this rank's batch b of that epoch is batch b - skip of its share of the rest
         self.rest: dict[int, tuple[_Array, list[list[int]]]] = {}
 
     @property
@@ -153,11 +156,24 @@ class EpochPlan:
 
     def mask(self, epoch: int, b: int) -> _Array:
         """Which samples of batch ``b`` are real (False: a padded duplicate)."""
-        bs = self.batch_size
         if self.batch_plan is not None:
             return np.ones(len(self.plan(epoch)[b]), np.bool_)
-        mask: _Array = self._order(epoch)[1][b * bs : (b + 1) * bs].copy()
+        mask: _Array = self._order(epoch)[1][self._rows_of(epoch, b)].copy()
         return mask
+
+    def skip(self, epoch: int) -> int:
+        """Batches of ``epoch`` consumed before the world size changed (NOTE [resume across
+        ranks]); 0 for an epoch that did not change."""
+        rest = self.rest.get(epoch)
+        return rest[1][-1][1] if rest is not None else 0
+
+    def _rows_of(self, epoch: int, b: int) -> slice:
+        """Where batch ``b`` of ``epoch`` is in this rank's order."""
+        k = b - self.skip(epoch)
+        if k < 0:
+            raise IndexError(f"batch {b} of epoch {epoch} was consumed before the world size "
+                             "changed (NOTE [resume across ranks])")
+        return slice(k * self.batch_size, (k + 1) * self.batch_size)
 
     def plan(self, epoch: int) -> list[_Array]:
         """NOTE [batch plans]: the batches ``batch_plan(epoch)`` gave, checked."""
@@ -186,7 +202,7 @@ class EpochPlan:
             return len(self.plan(epoch))
         if epoch not in self.rest:
             return self.nbatches
-        return self._batches(len(self._order(epoch)[0]))
+        return self.skip(epoch) + self._batches(len(self._order(epoch)[0]))
 
     def _batches(self, samples: int) -> int:
         """Batches of a rank's ``samples``."""
@@ -232,8 +248,7 @@ class EpochPlan:
         """The sample indices of batch ``b`` of ``epoch``."""
         if self.batch_plan is not None:
             return self.plan(epoch)[b]
-        bs = self.batch_size
-        return self._order(epoch)[0][b * bs : (b + 1) * bs]
+        return self._order(epoch)[0][self._rows_of(epoch, b)]
 
     # -- resume ------------------------------------------------------------------------------
     def state(self, epoch: int, position: int) -> dict[str, Any]:
@@ -282,14 +297,15 @@ class EpochPlan:
 
         seed = check_seed(state.get("seed"), "the state's seed must be")
         left = self._remaining(seed, epoch, history)
-        if not 0 <= position <= self._batches(self._share(len(left), saved_world)):
+        skip = history[-1][1] if history else 0
+        if not skip <= position <= skip + self._batches(self._share(len(left), saved_world)):
             raise ValueError(f"invalid state: epoch {epoch!r}, position {position!r}")
         self.seed = seed
         self._orders.clear()
         self.rest.clear()
-        if saved_world != self.world and (position or history):
+        if saved_world != self.world and position > skip:
             history.append([saved_world, position])
-            left, position = self._remaining(seed, epoch, history), 0
+            left = self._remaining(seed, epoch, history)
         if history:
             self.rest[epoch] = (left, history)
         return epoch, position
@@ -300,14 +316,16 @@ class EpochPlan:
             out = [[int(w), int(p)] for w, p in history]
         except (TypeError, ValueError):
             raise ValueError(f"invalid state: history {history!r}") from None
-        if any(w < 1 or p < 0 for w, p in out):
+        stops = [p for _, p in out]
+        if any(w < 1 for w, _ in out) or stops != sorted(stops) or any(p < 0 for p in stops):
             raise ValueError(f"invalid state: history {history!r}")
         return out
 
     def _remaining(self, seed: int, epoch: int, history: list[list[int]]) -> _Array:
         """The samples of ``epoch`` (seed ``seed``), in order, that no rank consumed in
         ``history`` (NOTE [resume across ranks])."""
-        left = self._global(epoch, seed)
-        for w, p in history:
-            left = left[~self._gone(len(left), w, p)]
+        left, done = self._global(epoch, seed), 0
+        for w, p in history:  # world w's ranks took batches done..p - 1 of the epoch
+            left = left[~self._gone(len(left), w, p - done)]
+            done = p
         return left

@@ -383,7 +383,8 @@ class StreamPlan(EpochPlan):
     def state(self, epoch: int, position: int) -> dict[str, Any]:
         st = super().state(epoch, position)
         order, valid = self._order(epoch)
-        done = order[: position * self.batch_size][valid[: position * self.batch_size]]
+        upto = (position - self.skip(epoch)) * self.batch_size  # since the last world change
+        done = order[:upto][valid[:upto]]
         shard_of, _ = self.view.locate(self.seed, epoch, done)
         counts = np.bincount(shard_of, minlength=len(self.view.lengths))
         st["stream"] = {
@@ -401,6 +402,13 @@ class StreamPlan(EpochPlan):
             raise ValueError("the state was saved for a stream with other shards or shard "
                              f"lengths (digest {stream.get('digest')!r}, this one "
                              f"{self.digest()!r}); resuming would not continue the same epoch")
-        # len: the digest checked it; history: earlier states kept it in "stream"
-        return super().restore(dict(state, len=self.n,
-                                    history=state.get("history", stream.get("history", []))))
+        state = dict(state, len=self.n)  # the digest checked it
+        if "history" not in state and stream.get("history"):
+            # an earlier state: history in "stream", batches counted from the last world change
+            try:
+                stops = np.cumsum([int(p) for _, p in stream["history"]]).tolist()
+                state["history"] = [[int(w), p] for (w, _), p in zip(stream["history"], stops)]
+                state["position"] = int(state["position"]) + stops[-1]
+            except (TypeError, ValueError, KeyError):
+                raise ValueError(f"invalid state: history {stream['history']!r}") from None
+        return super().restore(state)

@@ -195,14 +195,21 @@ def test_resume_on_another_world_size_by_hand():
     got = []
     for r in range(3):
         p = make(10, 2, shuffle=False, shard=(r, 3))
-        assert p.restore(state) == (0, 0)
-        got.append(epoch_batches(p, 0))
-        assert p.state(0, 1)["history"] == [[2, 1]]
+        # batches keep their numbers: batch 1 is next, of 2 (len(loader) for Lightning)
+        assert p.restore(state) == (0, 1) and p.nbatches_of(0) == 2
+        got.append([p.batch(0, 1).tolist()])
+        assert p.state(0, 2)["history"] == [[2, 1]]
+        with pytest.raises(IndexError, match="consumed before the world size changed"):
+            p.batch(0, 0)
     assert got == [[[4, 7]], [[5, 8]], [[6, 9]]]
+    assert make(10, 2, shuffle=False, shard=(0, 3)).nbatches_of(1) == 2  # the next epoch: usual
     # 4 ranks share the 6 left: 2 each (one batch), rank 3's second a padded duplicate
     p = make(10, 2, shuffle=False, shard=(3, 4))
     p.restore(state)
-    assert epoch_batches(p, 0) == [[7, 5]] and p.mask(0, 0).tolist() == [True, False]
+    assert p.batch(0, 1).tolist() == [7, 5] and p.mask(0, 1).tolist() == [True, False]
+    # a state saved there, on 4 ranks, after their batch: 1 rank has nothing left
+    p1 = make(10, 2, shuffle=False)
+    assert p1.restore(p.state(0, 2)) == (0, 2) and p1.nbatches_of(0) == 2
     # a state saved before "history" existed (same shard) loads as before
     legacy = {k: v for k, v in state.items() if k != "history"}
     p = make(10, 2, shuffle=False, shard=(0, 2))

@@ -121,9 +121,9 @@ def test_one_ranks_state_resumes_every_rank_on_another_world_size(nw, old_world,
     for r in range(new_world):
         with fastload.Loader(np.arange(n), bs, shard=(r, new_world), **kw) as ld:
             ld.load_state_dict(states[0])
-            announced = len(ld)  # the resumed epoch's batches on this rank
+            announced = len(ld)  # the resumed epoch's batches on this rank, those before too
             rest = [(b.copy(), m.copy()) for b, m in ld]
-            assert announced == len(rest)
+            assert announced == 3 + len(rest)
             counts.append(len(rest))
             seen += _real(rest)
             after = [b.tolist() for b, _ in ld]  # epoch 2: the new world's usual plan
@@ -138,3 +138,46 @@ def test_one_ranks_state_resumes_every_rank_on_another_world_size(nw, old_world,
         assert counts[0] == left // new_world // bs
     else:
         assert sorted(seen) == list(range(n)), "a sample was lost"
+
+
+@pytest.mark.timeout(480)
+def test_lightning_ddp_resumes_every_rank_from_rank_0s_state(tmp_path):
+    # Lightning's DDP launcher sets WORLD_SIZE and LOCAL_RANK but no RANK (shard="auto" must
+    # still shard), saves rank 0's loader state in the checkpoint and every rank loads it
+    # (NOTE [resume across ranks]); resumed on 2 ranks and on 1
+    pytest.importorskip("lightning", reason="lightning is not installed on this machine")
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from helpers.lightning_ranks import BATCH, CRASH_AT, N
+
+    script = os.path.join(os.path.dirname(__file__), "helpers", "lightning_ranks.py")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "MASTER_PORT")}
+
+    def run(mode, devices):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            env["MASTER_PORT"] = str(s.getsockname()[1])
+        r = subprocess.run([sys.executable, script, str(tmp_path), mode, str(devices)],
+                           capture_output=True, text=True, timeout=150, env=env,
+                           cwd=str(tmp_path))
+        got = [json.loads((tmp_path / f"{mode}{devices}-rank{k}.json").read_text())
+               for k in range(devices)]
+        return r, got
+
+    r, crashed = run("crash", 2)
+    assert (tmp_path / "epoch=0-step=3.ckpt").exists(), r.stderr[-3000:]
+    per_rank = -(-N // 2 // BATCH)  # 7 batches a rank, not 14 (the whole dataset)
+    assert [len(c["seen"]) for c in crashed] == [CRASH_AT, CRASH_AT]
+    before = [i for c in crashed for b in c["seen"][:3] for i in b]  # in the checkpoint
+    assert len(before) == len(set(before)) == 2 * 3 * BATCH  # the ranks' shares are disjoint
+    for devices in (2, 1):
+        r, resumed = run("resume", devices)
+        assert r.returncode == 0, r.stderr[-3000:]
+        counts = {len(g["seen"]) for g in resumed}
+        assert counts == {per_rank - 3 if devices == 2 else -(-(N - 24) // BATCH)}, counts
+        after = [i for g in resumed for b in g["seen"] for i in b]
+        assert sorted(before + after) == list(range(N)), f"resumed on {devices} rank(s)"
