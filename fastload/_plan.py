@@ -1,7 +1,8 @@
 """The epoch plan: which samples form which batch of which epoch, and where a resume starts.
 
 Pure logic (no processes, no shared memory): an epoch's order depends only on (seed, epoch,
-rank, world size), never on the number of workers or on timing.
+rank, world size), and for an epoch resumed on another world size on the world sizes before it
+(NOTE [resume across ranks]), never on the number of workers or on timing.
 
 NOTE [rank sharding]
 Every rank gets the same number of samples (distributed training hangs otherwise): the epoch's
