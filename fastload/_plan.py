@@ -249,6 +249,9 @@ class EpochPlan:
         """The sample indices of batch ``b`` of ``epoch``."""
         if self.batch_plan is not None:
             return self.plan(epoch)[b]
+        if not self.rest:  # no world-size change (the hot path: no _rows_of)
+            bs = self.batch_size
+            return self._order(epoch)[0][b * bs:(b + 1) * bs]
         return self._order(epoch)[0][self._rows_of(epoch, b)]
 
     # -- resume ------------------------------------------------------------------------------

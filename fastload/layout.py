@@ -296,15 +296,7 @@ class BatchLayout:
             flat = self._flat_v = self._flat()
         if flat is not None:  # arrays only, one level (the hot path): no walk of the tree
             kind, node = flat
-            if kind == N_ARRAY:
-                return arrays[0]
-            if kind == N_TUPLE:
-                return tuple(arrays)
-            if kind == N_LIST:
-                return arrays
-            if kind == N_NAMEDTUPLE:
-                return node[3](*arrays)
-            return dict(zip(node[3], arrays))
+            return arrays[0] if kind == N_ARRAY else _container(node, arrays)
         return self._assemble(self.tree, arrays, objects, count, ragged or {})
 
     def _flat(self) -> tuple[int, tuple[Any, ...]] | None:
@@ -329,14 +321,8 @@ class BatchLayout:
             if j in ragged:
                 return ragged[j]
             return [objects[r * k + j] for r in range(count)]
-        kids = [self._assemble(c, arrays, objects, count, ragged) for c in node[2]]
-        if kind == N_TUPLE:
-            return tuple(kids)
-        if kind == N_LIST:
-            return kids
-        if kind == N_NAMEDTUPLE:
-            return node[3](*kids)
-        return dict(zip(node[3], kids))
+        return _container(node, [self._assemble(c, arrays, objects, count, ragged)
+                                 for c in node[2]])
 
     def describe_size(self) -> str:
         """A sample's size in a slot, for error messages."""
@@ -358,3 +344,15 @@ class BatchLayout:
             f"BatchLayout(batch_size={self.batch_size}, slot_bytes={self.slot_bytes},"
             f" fields=\n{self.describe()})"
         )
+
+
+def _container(node: tuple[Any, ...], kids: list[Any]) -> Any:
+    """The tuple, list, namedtuple or dict of tree ``node`` holding ``kids``."""
+    kind = node[0]
+    if kind == N_TUPLE:
+        return tuple(kids)
+    if kind == N_LIST:
+        return kids
+    if kind == N_NAMEDTUPLE:
+        return node[3](*kids)
+    return dict(zip(node[3], kids))
