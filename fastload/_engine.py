@@ -47,19 +47,28 @@ from .layout import BatchLayout
 __all__ = ["Engine"]
 
 _client_ids = itertools.count()
+#: This process's pid, kept by a fork hook (registered with the first Engine, not at import):
+#: next_batch's "used in another process?" check costs no getpid() system call per batch.
+_pid: list[int] = []
+
+
+def _track_pid() -> None:
+    if not _pid:
+        _pid.append(os.getpid())
+        os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 _ENDED = object()  # a plain iterable's epoch ended (NOTE [iterable datasets])
 
 
 def _undeliverable(epoch: int, b: int, indices: Any, worker: int, pid: int) -> str:
-    """What to add to the error of a batch that loaded but cannot be read in the main process
-    (an object leaf whose class the workers can import and the main process cannot)."""
+    """Where a batch that loaded but cannot be read in the main process came from (an object
+    leaf whose class the workers can import and the main process cannot)."""
     import reprlib
 
+    # (why the objects did not unpickle is read_image's note: NOTE [unpicklable leaves])
     return (f"fastload: batch {b} of epoch {epoch} (sample indices "
             f"{reprlib.repr([int(i) for i in indices])}), loaded by worker {worker} (pid {pid}), "
-            "could not be read in the main process: an object in one of its samples does not "
-            "unpickle here (a class the workers can import but this process cannot? define it "
-            "in a module both can import). The batch is skipped; the next next() goes on")
+            "could not be read in the main process. The batch is skipped; the next next() "
+            "goes on")
 
 
 class Engine:
@@ -67,6 +76,7 @@ class Engine:
 
     def __init__(self, dataset: Any, n: int | None, cfg: LoaderConfig,
                  pool: Pool | None) -> None:
+        _track_pid()
         self.pid = os.getpid()
         self.cid = next(_client_ids)
         self.cfg = cfg
@@ -133,7 +143,7 @@ class Engine:
                     "iterate one pass at a time"):
                 self._drop_pass(old)
         p = self.passes.start()
-        self.sched.pass_started(p.epoch, p.position)
+        self.sched.queue_from(p.epoch, p.position)
         self.faults.policy.new_epoch()
         if self.pool is not None:
             self.memwatch.epoch_started(self.pool.pids(), self.suspects)
@@ -178,7 +188,7 @@ class Engine:
         self.sched.pass_ended(p.epoch, drop=False)
 
     def next_batch(self, epoch: int, token: int) -> Any:
-        if self.closed or os.getpid() != self.pid:
+        if self.closed or _pid[0] != self.pid:
             self.check_usable()
         p = self.passes.live.get(epoch)  # (the hot path: Passes.get says why when it is not)
         if p is None or p.token != token:
@@ -246,10 +256,9 @@ class Engine:
         plan = self.plan
         room: Deadline | None = None
         while True:
-            self._refill(epoch)  # the slots the user let go, then up to the prefetch depth
-            inflight = slots.inflight
-            task = inflight[0] if inflight and inflight[0].epoch == epoch else slots.first_of(
-                epoch)
+            if self.passes.dropped_queue:
+                self._end_dropped()
+            task = self.sched.refill(epoch)  # the slots the user let go, the prefetch depth
             if task is None:
                 if plan.iterable and plan.all_ended(epoch):
                     return _ENDED
@@ -297,16 +306,6 @@ class Engine:
                                           owner, pid))
                 raise
 
-    def _refill(self, want: int | None) -> None:
-        """Queue tasks (NOTE [queueing passes] in _scheduler.py); wake the workers."""
-        if self.passes.dropped_queue:
-            self._end_dropped()
-        if self.sched.refill(want):  # a shared batch: every idle worker may take rows of it
-            slots = self.sched.slots
-            assert slots is not None and self.pool is not None
-            self.pool.bell.ring(slots.shared_queued)
-            slots.shared_queued = False
-
     def _wait_slot(self, slot: int, p: Pass) -> Any:
         """The slot's result (RingIndex.await_result) once READY or FAILED (FREE: NOTE [pool
         callbacks] in _faults.py). A batch that is there within the first step costs no
@@ -333,7 +332,8 @@ class Engine:
         region and attach every worker."""
         assert self.startup is not None
         self.layout = layout = self.startup.wait_layout(p, self._check_workers)
-        slots = self.sched.start(layout, self.counters)
+        assert self.pool is not None
+        slots = self.sched.start(layout, self.counters, self.pool.bell)
         if self.closed:  # by another thread, which may have looked at self.slots before it was
             slots.close()  # set (close() sets closed first): never leave a region behind
             self.sched.slots = None

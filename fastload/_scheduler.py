@@ -29,7 +29,7 @@ from typing import Any
 
 from . import _ring
 from ._passes import Passes
-from ._slots import SlotTable
+from ._slots import SlotTable, Task
 
 __all__ = ["Scheduler", "may_share", "shared_batch"]
 
@@ -69,19 +69,20 @@ class Scheduler:
         self.prepared = -1  # the epoch whose order was computed ahead last (_queue)
         #: NOTE [first samples] (_startup.py): the first batch's rows each worker loaded
         self.given: tuple[int, int, list[int]] | None = None  # (epoch, batch, row -> worker)
+        self.bell: Any = None  # the pool's (``start``)
 
-    def start(self, layout: Any, counters: dict[str, int]) -> SlotTable:
-        """Create the region for ``layout`` (the first sample's)."""
+    def start(self, layout: Any, counters: dict[str, int], bell: Any) -> SlotTable:
+        """Create the region for ``layout`` (the first sample's); ``bell``: the pool's, rung
+        when tasks are queued."""
         shared = self.share and not layout.n_objects
         self.slots = SlotTable(layout, self.cfg.nslots, counters, shared)
+        self.bell = bell
         return self.slots
 
     # -- passes ------------------------------------------------------------------------------
-    def pass_started(self, epoch: int, position: int) -> None:
-        self.queued[epoch] = max(self.queued.get(epoch, position), position)
-
-    def consumed_unqueued(self, epoch: int, position: int) -> None:
-        """A batch of ``epoch`` was consumed before anything was queued (the probe's)."""
+    def queue_from(self, epoch: int, position: int) -> None:
+        """Batches of ``epoch`` before ``position`` need no task: a pass starts there, or they
+        were consumed before anything was queued (the probe's batch)."""
         self.queued[epoch] = max(self.queued.get(epoch, 0), position)
 
     def pass_ended(self, epoch: int, drop: bool) -> None:
@@ -98,21 +99,23 @@ class Scheduler:
         self.prepared = -1
 
     # -- queueing ----------------------------------------------------------------------------
-    def refill(self, want: int | None) -> bool:
-        """Queue tasks: first the next batch of the pass over ``want`` if it has none in flight,
-        then up to the prefetch depth, the live epoch with the fewest tasks in flight first,
-        then one epoch ahead. Whether a worker should be woken for a shared batch."""
+    def refill(self, want: int) -> Task | None:
+        """Take back the slots the user let go, then queue: first the next batch of the pass
+        over ``want`` if it has none in flight, then up to the prefetch depth, the live epoch
+        with the fewest tasks in flight first, then one epoch ahead; wake the workers. The
+        oldest task of ``want`` in flight (its next batch), if any: once per batch, on the
+        parent's hot path."""
         slots = self.slots
         assert slots is not None
         slots.reap()
         queued = False
         inflight, free, depth = slots.inflight, slots.free, self.depth
-        if want is not None and not (inflight and inflight[0].epoch == want) and (
-                slots.first_of(want) is None and self._left(want)):
+        first = inflight[0] if inflight and inflight[0].epoch == want else slots.first_of(want)
+        if first is None and self._left(want):
             if not free:
                 self._make_room(want)
-            if free:
-                queued = self._queue(want)
+            if free and self._queue(want):
+                queued, first = True, slots.inflight[-1]
         room = depth - len(inflight)
         live = self.passes.live
         try:
@@ -130,7 +133,10 @@ class Scheduler:
                 break
             room -= 1
             queued = True
-        return queued
+        if queued:  # a shared batch: every idle worker may take rows of it
+            self.bell.ring(slots.shared_queued)
+            slots.shared_queued = False
+        return first
 
     def _left(self, e: int) -> bool:
         """Whether epoch ``e`` has batches not yet queued."""

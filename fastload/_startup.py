@@ -96,7 +96,7 @@ class Startup:
                 if mail.probe_failed and self.passes.is_live(p.epoch):  # the batch's first
                     mail.probe_failed = False  # sample raised: that batch is consumed
                     p.position += 1  # (nothing is queued yet)
-                    self.sched.consumed_unqueued(p.epoch, p.position)
+                    self.sched.queue_from(p.epoch, p.position)
                 raise
             if mail.layout is not None:
                 return mail.layout  # type: ignore[no-any-return]
