@@ -264,8 +264,7 @@ class SlotTable:
         else:
             image = spilled  # a memfd's mapping of its own: the views keep it alive
         # (the engine reaped at this batch's refill: the leases freed since are in ``freed``)
-        freed = self.returner.freed  # (usually empty: the engine reaped at this batch's refill)
-        if not copy and len(self.leased) - (len(freed) if freed else 0) < max_held:  # held
+        if not copy and self.held < max_held:  # (the refill of this batch reaped)
             ring.begin_read(slot)
             buf: Any = _pack.SlotLease(self.region.mm, base, ring.slot_bytes, slot, self.returner)
             self.leased.add(slot)

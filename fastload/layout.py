@@ -137,6 +137,7 @@ class BatchLayout:
             self.tree = (N_OBJECT, "sample", 0)
         if spec is not None:
             spec.check_used([r.path for r in self.ragged], self._array_paths)
+        self._flat_v = self._flat()  # unpack's fast path
         self.index_offset = 0
         self.seed_offset = 8 * batch_size  # int64: the loader's seed when the batch was queued
         self.var_offset = self._offset
@@ -290,10 +291,7 @@ class BatchLayout:
             np.ndarray((count, *f.shape), f.dtype, buffer=buf, offset=f.offset)
             for f in self.fields
         ]
-        try:
-            flat: tuple[int, tuple[Any, ...]] | None = self._flat_v  # type: ignore[has-type]
-        except AttributeError:
-            flat = self._flat_v = self._flat()
+        flat = self._flat_v
         if flat is not None:  # arrays only, one level (the hot path): no walk of the tree
             kind, node = flat
             return arrays[0] if kind == N_ARRAY else _container(node, arrays)
@@ -301,7 +299,7 @@ class BatchLayout:
 
     def _flat(self) -> tuple[int, tuple[Any, ...]] | None:
         """(kind, node) of a tree that is one array, or one container of the arrays in field
-        order; None otherwise (``unpack`` keeps it in ``_flat_v``)."""
+        order; None otherwise (kept in ``_flat_v`` for ``unpack``)."""
         node, out = self.tree, None
         if node[0] == N_ARRAY:
             out = (N_ARRAY, node)
