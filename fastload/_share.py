@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import copy
 import io
+import itertools
 import logging
 import mmap
 import sys
@@ -123,14 +124,17 @@ def unshared(sharing: Sharing | None, dataset: Any) -> list[str]:
     return [f"{e['attribute']} ({e['type']} of {e['items']:,} items)" for e in found.left]
 
 
-def _sampled(c: Any) -> list[Any]:
-    """Up to _SAMPLE items of a container, spread over it (a dict's: its (key, value) pairs)."""
+def _sampled(c: Any, values: bool = False) -> list[Any]:
+    """Up to _SAMPLE items of a container, spread over it (a dict's: its (key, value) pairs, or
+    its values with ``values``), without copying a large container to take them."""
     n = len(c)
     if not n:
         return []
-    items = list(c.items()) if isinstance(c, dict) else c
     step = max(1, n // _SAMPLE)
-    return [items[i] for i in range(0, n, step)][:_SAMPLE]
+    if isinstance(c, dict):
+        return list(itertools.islice(c.values() if values else c.items(), 0, None, step))[
+            :_SAMPLE]
+    return [c[i] for i in range(0, n, step)][:_SAMPLE]
 
 
 def _estimate(c: Any) -> int:
@@ -168,15 +172,14 @@ def _of_arrays(c: Any) -> bool:
     tuple) NumPy arrays, sampled. Under fork an array's data pages are never written by reading
     it (only its small header is), so sharing them would gain little and copy all the data
     once more."""
-    vals = _sampled(list(c.values()) if isinstance(c, dict) else c)
+    vals = _sampled(c, values=True)
     return bool(vals) and all(_holds(x, _is_array) for x in vals)
 
 
 def _of_files(c: Any) -> bool:
     """Whether any of a container's items (sampled; one level into tuples, lists and dicts) is
     file-backed: converting it would read the files into shared memory."""
-    vals = _sampled(list(c.values()) if isinstance(c, dict) else c)
-    return any(_holds(x, _file_backed) for x in vals)
+    return any(_holds(x, _file_backed) for x in _sampled(c, values=True))
 
 
 def _is_array(x: Any) -> bool:
