@@ -461,13 +461,14 @@ def test_a_pool_closed_at_any_step_of_a_batch_gives_loader_closed_error(where):
     eng = loader._engine
     it = iter(loader)
     assert next(it).tolist() == [0, 1, 2, 3]
-    step = getattr(eng, where)
+    owner = eng.sched if where == "_refill" else eng  # the refill step is the scheduler's
+    step = getattr(owner, where.lstrip("_") if owner is eng.sched else where)
 
     def closed_first(*args):
         pool.close()
         return step(*args)
 
-    setattr(eng, where, closed_first)
+    setattr(owner, step.__name__, closed_first)
     with pytest.raises(fastload.LoaderClosedError, match="closed"):
         for _ in range(16):
             next(it)
