@@ -54,6 +54,11 @@ FL_INLINE void fl_atomic_store_release_u64(fl_atomic_u64 *p, uint64_t v) {
 FL_INLINE uint64_t fl_atomic_fetch_add_relaxed_u64(fl_atomic_u64 *p, uint64_t v) {
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
+/* Strong CAS on 64 bits; on failure *expected receives the current value (acquire). */
+FL_INLINE int fl_atomic_cas_acq_rel_u64(fl_atomic_u64 *p, uint64_t *expected, uint64_t desired) {
+    return __atomic_compare_exchange_n(p, expected, desired, 0, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_ACQUIRE);
+}
 /* Full fence: orders a store before a later load (Dekker-style "announce then re-check"). */
 FL_INLINE void fl_atomic_fence_seq_cst(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 

@@ -1,6 +1,44 @@
 /* fl_ring.c: the lock-free slot state machine (see fl_ring.h and fl_layout.h).
- * Every sleep and wake-up goes through the two halves of NOTE [sleeping without lost wake-ups]
- * in fl_wait.h. */
+ *
+ * NOTE [pieces]
+ * Every batch is owned in pieces, by one protocol. A slot has a piece table: entries cut in
+ * order, each one 64-bit word (kind, owner, first unit, units, generation) and a progress word.
+ * A worker that loads a batch alone takes one piece of all its rows (one CAS on entry 0); workers
+ * that share a batch (the parent's choice, fl_slot_hdr.share: the first batch of an epoch and
+ * its last ones, where workers would otherwise wait for one of them: pytorch/pytorch#19836)
+ * cut pieces of a few rows each, guided (big first, single rows at the end). Each step is one
+ * CAS on one word, so a worker killed at any instant leaves nothing half-done:
+ *   - take: CAS an entry EMPTY -> TAKEN (cutting the next piece), or GIVEN/FREE -> TAKEN.
+ *   - done: TAKEN -> DONE; whoever makes every row DONE publishes the batch READY.
+ *   - fail: the row's number goes into the slot's `err` (a CAS to the lowest row that raised),
+ *     then TAKEN -> ERRORED. Rows below the lowest error are still loaded, rows above it are
+ *     no longer handed out, and whoever makes every row below it DONE publishes the batch
+ *     FAILED, owned by the worker of that row (its error is in that worker's pipe): the error
+ *     is the one a single worker loading the batch in order would raise. No worker waits for
+ *     another: a worker whose row raised goes on with other work at once.
+ *   - a dead worker's pieces are given back by the parent (fl_ring_give_back): FREE for others
+ *     to load, or CLOSED if its batch is abandoned; that may settle the batch.
+ *   - retire: the parent lets go of a batch in any state (a released lease, a raised error, an
+ *     abandoned task). With no piece TAKEN the slot is FREE at once; else it is CLOSING, and the
+ *     loader that gives back or finishes the last TAKEN piece frees it. A slot is therefore
+ *     queued again only once no worker writes into it, and nothing ever waits for a worker to
+ *     be able to cancel a batch (the parent re-checks CLOSING slots when it reaps).
+ * The retire/finish race is Dekker's: the parent stores CLOSING then reads the pieces, a loader
+ * stores its piece then reads the state, each with a full fence between; at least one of them
+ * sees the other, so the slot is freed exactly once (a CAS) and never while a piece is TAKEN.
+ *
+ * Generations. A piece word carries its batch's generation (the slot's, + 1: never 0, so a word
+ * of 0 was never written). At each queue the parent rewrites entries [0, hw) as EMPTY of the new
+ * generation, where hw is a high-water mark that takers raise *before* cutting an entry. A
+ * worker cuts an entry only from EMPTY of its own generation or 0, after reading the entries
+ * before it as pieces of its generation: a worker that read an older batch stops at entry 0
+ * (rewritten), so it cannot cut a piece of the new batch from an old view; the one window left
+ * (it read entry 0 before the rewrite, and cuts at or past the old hw) leaves a word of its old
+ * generation, which it takes back when it checks the state word after the CAS (or the parent
+ * does, if it dies: fl_ring_give_back), and which current takers never overwrite. Generations
+ * are 16 bits, as the state word's: a worker would have to sleep through 65535 batches of one
+ * slot between two of its reads for a stale CAS to land (the same bound as the state word's).
+ */
 #include "fl_ring.h"
 
 #include <string.h>
@@ -8,6 +46,7 @@
 #include "fl_wait.h"
 
 #define FL_SPIN_ROUNDS 64
+#define FL_TAKE_ROUNDS 16 /* fl_ring_take re-scans after losing that many races, then says none */
 
 FL_INLINE void fl_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -26,45 +65,63 @@ FL_INLINE int64_t deadline_after(int64_t timeout_ns) {
 
 FL_INLINE fl_header *hdr_of(void *mem) { return (fl_header *)mem; }
 
-/* Shared batches (NOTE [shared rows], below). */
-static fl_atomic_u32 *rows_of(void *mem, uint32_t slot);
-static void close_free_rows(fl_atomic_u32 *rows, uint32_t count);
-static uint32_t count_taken(fl_atomic_u32 *rows, uint32_t count);
-FL_INLINE void ring_row_bell(void *mem, uint32_t slot);
-
 FL_INLINE fl_slot_hdr *slots_of(void *mem) {
     return (fl_slot_hdr *)((char *)mem + hdr_of(mem)->header_bytes);
 }
 
-/* Row table of a slot: FL_META_WORDS words of meta (one cache line), then max_rows row words,
- * padded to a cache line. */
-#define FL_META_WORDS (FL_CACHELINE / 4u)
-#define FL_META_HINT 0    /* no FREE row below it (a hint: lowered when rows are given back) */
-#define FL_META_FAILER 1  /* worker + 1 failing the batch (FL_SHARE_FAILING) */
-#define FL_META_BELL 2    /* bumped when rows are done or given back (the failer sleeps on it) */
-
-FL_INLINE size_t row_stride(uint32_t max_rows) { /* in 32-bit words */
-    return FL_META_WORDS + (((size_t)max_rows + FL_META_WORDS - 1) & ~(size_t)(FL_META_WORDS - 1));
+/* A slot's piece table: max_pieces piece words, then max_pieces progress words
+ * (rows done | pid << 32), padded to a cache line. */
+FL_INLINE size_t table_stride(uint32_t max_pieces) {
+    size_t n = (size_t)max_pieces * 16u;
+    return (n + FL_CACHELINE - 1) & ~(size_t)(FL_CACHELINE - 1);
 }
 
-size_t fl_ring_nbytes_rows(uint32_t nslots, uint32_t max_rows) {
-    if (nslots == 0 || nslots > FL_MAX_SLOTS || max_rows > FL_MAX_SHARED_ROWS) return 0;
-    size_t n = sizeof(fl_header) + (size_t)nslots * sizeof(fl_slot_hdr);
-    if (max_rows > 0) n += (size_t)nslots * row_stride(max_rows) * sizeof(uint32_t);
-    return n;
+FL_INLINE fl_atomic_u64 *pieces_of(void *mem, uint32_t slot) {
+    fl_header *h = hdr_of(mem);
+    char *base = (char *)mem + h->header_bytes + (size_t)h->nslots * sizeof(fl_slot_hdr);
+    return (fl_atomic_u64 *)(base + (size_t)slot * table_stride(h->max_pieces));
 }
 
-size_t fl_ring_nbytes(uint32_t nslots) { return fl_ring_nbytes_rows(nslots, 0); }
+FL_INLINE fl_atomic_u64 *progress_of(void *mem, uint32_t slot) {
+    return pieces_of(mem, slot) + hdr_of(mem)->max_pieces;
+}
+
+/* The generation of a batch's piece words: 1..65535 (0 is "never written"). */
+FL_INLINE uint32_t piece_gen(uint32_t state) { return FL_GEN_BITS(state) % 65535u + 1u; }
+
+FL_INLINE uint64_t with_kind(uint64_t word, uint32_t kind, uint32_t owner) {
+    return FL_MAKE_PIECE(kind, owner, FL_PIECE_GEN(word), FL_PIECE_FIRST(word), FL_PIECE_N(word));
+}
+
+/* Whether `word` is a piece of generation g (cut or given, not EMPTY). */
+FL_INLINE int is_piece(uint64_t word, uint32_t g) {
+    return word != 0 && FL_PIECE_GEN(word) == g && FL_PIECE_KIND(word) != FL_PIECE_EMPTY;
+}
+
+uint32_t fl_ring_unit(uint32_t count) {
+    return count <= FL_MAX_UNITS ? 1u : (uint32_t)(((uint64_t)count + FL_MAX_UNITS - 1) / FL_MAX_UNITS);
+}
+
+FL_INLINE uint32_t units_of(uint32_t count, uint32_t unit) {
+    return (uint32_t)(((uint64_t)count + unit - 1) / unit);
+}
+
+
+#define ERR_ROW(e) ((uint32_t)(((e) >> 12) - 1))
+#define ERR_OWNER(e) ((uint32_t)((e) & 0xFFFu))
+
+/* ---- format, attach ------------------------------------------------------------------- */
+
+size_t fl_ring_nbytes(uint32_t nslots, uint32_t max_pieces) {
+    if (nslots == 0 || nslots > FL_MAX_SLOTS || max_pieces == 0 || max_pieces > FL_MAX_PIECES)
+        return 0;
+    return sizeof(fl_header) + (size_t)nslots * (sizeof(fl_slot_hdr) + table_stride(max_pieces));
+}
 
 int fl_ring_init(void *mem, size_t total_bytes, uint32_t nslots, uint64_t slot_bytes,
-                 uint64_t data_offset, int64_t creator_pid) {
-    return fl_ring_init_rows(mem, total_bytes, nslots, slot_bytes, data_offset, creator_pid, 0);
-}
-
-int fl_ring_init_rows(void *mem, size_t total_bytes, uint32_t nslots, uint64_t slot_bytes,
-                      uint64_t data_offset, int64_t creator_pid, uint32_t max_rows) {
+                 uint64_t data_offset, int64_t creator_pid, uint32_t max_pieces) {
     if (mem == NULL || ((uintptr_t)mem % FL_CACHELINE) != 0) return FL_EINVAL;
-    size_t ctl = fl_ring_nbytes_rows(nslots, max_rows);
+    size_t ctl = fl_ring_nbytes(nslots, max_pieces);
     if (ctl == 0) return FL_EINVAL;
     if (total_bytes < ctl || data_offset < ctl) return FL_ENOSPACE;
     if (slot_bytes != 0 && (uint64_t)nslots > (UINT64_MAX - data_offset) / slot_bytes)
@@ -81,7 +138,7 @@ int fl_ring_init_rows(void *mem, size_t total_bytes, uint32_t nslots, uint64_t s
     h->data_offset = data_offset;
     h->total_bytes = (uint64_t)total_bytes;
     h->creator_pid = creator_pid;
-    h->max_rows = max_rows;
+    h->max_pieces = max_pieces;
     fl_atomic_fence_seq_cst();
     return FL_OK;
 }
@@ -93,7 +150,7 @@ int fl_ring_attach(void *mem, size_t total_bytes) {
     if (h->layout_version != FL_LAYOUT_VERSION) return FL_ELAYOUT;
     if (h->header_bytes != sizeof(fl_header) || h->slot_hdr_bytes != sizeof(fl_slot_hdr))
         return FL_ELAYOUT;
-    size_t ctl = fl_ring_nbytes_rows(h->nslots, h->max_rows);
+    size_t ctl = fl_ring_nbytes(h->nslots, h->max_pieces);
     if (ctl == 0 || h->total_bytes != (uint64_t)total_bytes || h->data_offset < ctl)
         return FL_ELAYOUT;
     if (h->slot_bytes != 0 && (uint64_t)h->nslots > (UINT64_MAX - h->data_offset) / h->slot_bytes)
@@ -115,113 +172,170 @@ int fl_ring_slot_state(const void *mem, uint32_t slot, uint32_t *state_out) {
     return FL_OK;
 }
 
-int fl_ring_queue(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32_t count) {
-    return fl_ring_queue_to(mem, slot, seq, epoch, count, FL_TARGET_ANY);
+/* ---- the pieces of a batch, read in one pass -------------------------------------------- */
+
+typedef struct scan {
+    uint32_t np;      /* pieces of the batch: entries [0, np) */
+    uint32_t end;     /* units cut: the end of the last piece */
+    uint32_t next;    /* the entry after them (np), if it can be cut (EMPTY of g, or 0) */
+    uint64_t next_word;
+    int can_cut;
+    int taken;        /* a piece is TAKEN */
+    int begun;        /* a piece is TAKEN, DONE or ERRORED */
+    int all_done;     /* every piece is DONE */
+    int given_k;      /* a piece GIVEN to `me` (-1: none) */
+    int free_k;       /* a FREE piece below `limit` (-1: none) */
+    uint32_t settled; /* units from 0 that are DONE or ERRORED, in order (a prefix) */
+} scan;
+
+static void scan_pieces(void *mem, uint32_t slot, uint32_t g, uint32_t me, uint32_t limit,
+                        scan *out) {
+    fl_atomic_u64 *p = pieces_of(mem, slot);
+    uint32_t cap = hdr_of(mem)->max_pieces;
+    memset(out, 0, sizeof(*out));
+    out->all_done = 1;
+    out->given_k = out->free_k = -1;
+    int prefix = 1;
+    uint32_t k = 0;
+    for (; k < cap; k++) {
+        uint64_t w = fl_atomic_load_acquire_u64(&p[k]);
+        if (!is_piece(w, g)) {
+            out->next_word = w;
+            out->can_cut = w == 0 || w == FL_MAKE_PIECE(FL_PIECE_EMPTY, 0, g, 0, 0);
+            break;
+        }
+        uint32_t kind = FL_PIECE_KIND(w), first = FL_PIECE_FIRST(w), n = FL_PIECE_N(w);
+        out->end = first + n;
+        if (kind != FL_PIECE_DONE) out->all_done = 0;
+        if (kind == FL_PIECE_TAKEN) out->taken = 1;
+        if (kind == FL_PIECE_TAKEN || kind == FL_PIECE_DONE || kind == FL_PIECE_ERRORED)
+            out->begun = 1;
+        if (kind == FL_PIECE_GIVEN && FL_PIECE_OWNER(w) == me && out->given_k < 0)
+            out->given_k = (int)k;
+        if (kind == FL_PIECE_FREE && first < limit && out->free_k < 0) out->free_k = (int)k;
+        if (prefix && (kind == FL_PIECE_DONE || kind == FL_PIECE_ERRORED) &&
+            first == out->settled)
+            out->settled = first + n;
+        else
+            prefix = 0;
+    }
+    out->np = out->next = k;
+    if (k == cap) out->can_cut = 0;
 }
 
-/* FREE (state word w) -> QUEUED: the task's fields, then the release store of the state word
- * that publishes them, then a wake-up of `wake` sleeping workers (-1: all). Fields are atomic:
- * workers read count, epoch, seq, target and share on slots they have not claimed. */
-static void queue_task(fl_header *h, fl_slot_hdr *s, uint32_t w, uint64_t seq, uint64_t epoch,
-                       uint32_t count, uint32_t target_word, uint32_t share, int wake) {
-    fl_atomic_store_release_u32(&s->count, count); /* after the slot left its old state */
+/* Wake the parent if it sleeps on this slot's state word. */
+FL_INLINE void wake_parent(fl_header *h, fl_slot_hdr *s) {
+    fl_wake_if_waiting(&s->state, &h->ready_waiters, -1, &h->n_futex_wakes);
+}
+
+/* Settle the batch whose state word was `seen`, after a piece changed: publish it READY or
+ * FAILED if that is what it waited for; free a CLOSING slot whose last loader left. 1 if this
+ * call published the batch. Call it after a full fence (NOTE [pieces]: Dekker). */
+static int settle(void *mem, uint32_t slot, uint32_t seen, uint32_t me) {
+    fl_header *h = hdr_of(mem);
+    fl_slot_hdr *s = &slots_of(mem)[slot];
+    for (;;) {
+        uint32_t w = fl_atomic_load_acquire_u32(&s->state);
+        if (FL_GEN_BITS(w) != FL_GEN_BITS(seen)) return 0;
+        uint32_t st = FL_STATE_BITS(w);
+        if (st != FL_SLOT_QUEUED && st != FL_SLOT_CLOSING) return 0;
+        uint32_t count = fl_atomic_load_relaxed_u32(&s->count);
+        uint32_t unit = fl_ring_unit(count), units = units_of(count, unit);
+        uint64_t err = fl_atomic_load_acquire_u64(&s->err);
+        scan sc;
+        scan_pieces(mem, slot, piece_gen(w), FL_MAX_WORKERS, units, &sc);
+        if (st == FL_SLOT_CLOSING) {
+            if (sc.taken) return 0;
+            if (fl_atomic_cas_acq_rel_u32(&s->state, &w, FL_MAKE_STATE(FL_GEN_BITS(w), 0,
+                                                                       FL_SLOT_FREE)))
+                fl_atomic_fetch_add_relaxed_u64(&h->n_released, 1);
+            return 0;
+        }
+        /* A failure that lowered err after we read it has its piece ERRORED after its err
+         * CAS: seeing that piece settled, we see the new err here, and look again. */
+        if (fl_atomic_load_acquire_u64(&s->err) != err) continue;
+        uint32_t want;
+        if (err == 0) {
+            if (!(sc.all_done && sc.end == units && sc.np > 0)) return 0;
+            uint32_t owner = me;
+            if (sc.np == 1) owner = FL_PIECE_OWNER(fl_atomic_load_relaxed_u64(pieces_of(mem, slot)));
+            want = FL_MAKE_STATE(FL_GEN_BITS(w), owner, FL_SLOT_READY);
+        } else {
+            uint32_t need = ERR_ROW(err) / unit + 1; /* units up to the one holding that row */
+            if (sc.settled < (need < units ? need : units))
+                return 0; /* rows below the error not all loaded yet */
+            want = FL_MAKE_STATE(FL_GEN_BITS(w), ERR_OWNER(err), FL_SLOT_FAILED);
+        }
+        if (!fl_atomic_cas_acq_rel_u32(&s->state, &w, want)) continue;
+        fl_atomic_fetch_add_relaxed_u64(&h->n_published, 1);
+        wake_parent(h, s);
+        return 1;
+    }
+}
+
+/* Raise slot s's high-water mark to at least k + 1 (before cutting entry k). */
+FL_INLINE void raise_hw(fl_slot_hdr *s, uint32_t k) {
+    uint32_t hw = fl_atomic_load_acquire_u32(&s->hw);
+    while (hw < k + 1 && !fl_atomic_cas_acq_rel_u32(&s->hw, &hw, k + 1)) {
+    }
+}
+
+/* ---- parent ---------------------------------------------------------------------------- */
+
+int fl_ring_queue(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32_t count,
+                  uint32_t target, uint32_t share, const uint32_t *owners, uint32_t nowners) {
+    fl_slot_hdr *s = fl_ring_slot(mem, slot);
+    if (s == NULL || count == 0 || (target != FL_TARGET_ANY && target >= FL_MAX_WORKERS))
+        return FL_EINVAL;
+    if (share != FL_SHARE_OFF && share != FL_SHARE_ON) return FL_EINVAL;
+    if (nowners > 0 && (owners == NULL || share != FL_SHARE_ON || fl_ring_unit(count) != 1 ||
+                        nowners > count || target != FL_TARGET_ANY)) /* (none could take it) */
+        return FL_EINVAL;
+    fl_header *h = hdr_of(mem);
+    /* the given rows must fit the table, leaving an entry to cut the other rows from */
+    if (nowners > h->max_pieces || (nowners == h->max_pieces && nowners < count))
+        return FL_EINVAL;
+    for (uint32_t r = 0; r < nowners; r++)
+        if (owners[r] != FL_TARGET_ANY && owners[r] >= FL_MAX_WORKERS) return FL_EINVAL;
+    uint32_t w = fl_atomic_load_acquire_u32(&s->state);
+    if (FL_STATE_BITS(w) != FL_SLOT_FREE) return FL_ESTATE;
+    uint32_t next = FL_MAKE_STATE(FL_GEN_BITS(w) + 1, 0, FL_SLOT_QUEUED);
+    uint32_t g = piece_gen(next);
+    /* NOTE [pieces] (generations): nobody loads a piece of a FREE slot; entries that may have
+     * been written are rewritten as EMPTY of the new generation, entry 0 always. */
+    fl_atomic_u64 *p = pieces_of(mem, slot), *prog = progress_of(mem, slot);
+    uint32_t hw = fl_atomic_load_acquire_u32(&s->hw);
+    if (hw > h->max_pieces) hw = h->max_pieces;
+    if (hw == 0) hw = 1;
+    for (uint32_t k = 0; k < hw; k++) {
+        uint64_t v = k < nowners ? FL_MAKE_PIECE(owners[k] == FL_TARGET_ANY ? FL_PIECE_FREE
+                                                                          : FL_PIECE_GIVEN,
+                                                 owners[k] == FL_TARGET_ANY ? 0 : owners[k], g,
+                                                 k, 1)
+                                 : FL_MAKE_PIECE(FL_PIECE_EMPTY, 0, g, 0, 0);
+        fl_atomic_store_relaxed_u64(&p[k], v);
+        fl_atomic_store_relaxed_u64(&prog[k], 0);
+    }
+    for (uint32_t k = hw; k < nowners; k++) {
+        fl_atomic_store_relaxed_u64(&p[k], FL_MAKE_PIECE(owners[k] == FL_TARGET_ANY
+                                                             ? FL_PIECE_FREE : FL_PIECE_GIVEN,
+                                                         owners[k] == FL_TARGET_ANY ? 0
+                                                                                    : owners[k],
+                                                         g, k, 1));
+        fl_atomic_store_relaxed_u64(&prog[k], 0);
+    }
+    raise_hw(s, (nowners > hw ? nowners : hw) - 1); /* never lowered: a stale cut may raise it */
+    fl_atomic_store_relaxed_u32(&s->count, count);
     fl_atomic_store_relaxed_u64(&s->epoch, epoch);
-    fl_atomic_store_relaxed_u32(&s->target, target_word);
+    fl_atomic_store_relaxed_u64(&s->seq, seq);
+    fl_atomic_store_relaxed_u64(&s->err, 0);
+    fl_atomic_store_relaxed_u32(&s->target, target == FL_TARGET_ANY ? 0 : target + 1);
     fl_atomic_store_relaxed_u32(&s->rows, count);
     fl_atomic_store_relaxed_u32(&s->flags, 0);
     fl_atomic_store_relaxed_u64(&s->var_bytes, 0);
-    fl_atomic_store_relaxed_u64(&s->seq, seq);
-    fl_atomic_store_relaxed_u64(&s->progress, 0);
-    fl_atomic_store_relaxed_u32(&s->pid, 0);
     fl_atomic_store_relaxed_u32(&s->share, share);
-    fl_atomic_store_release_u32(&s->state, FL_MAKE_STATE(FL_GEN_BITS(w) + 1, 0, FL_SLOT_QUEUED));
+    fl_atomic_store_release_u32(&s->state, next); /* publishes everything above */
     fl_atomic_fetch_add_relaxed_u64(&h->n_queued, 1);
-    fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
-    fl_wake_if_waiting(&h->queued_counter, &h->task_waiters, wake, &h->n_futex_wakes);
-}
-
-int fl_ring_queue_to(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32_t count,
-                     uint32_t target) {
-    fl_slot_hdr *s = fl_ring_slot(mem, slot);
-    if (s == NULL || (target != FL_TARGET_ANY && target >= FL_MAX_WORKERS)) return FL_EINVAL;
-    fl_header *h = hdr_of(mem);
-    uint32_t w = fl_atomic_load_acquire_u32(&s->state);
-    if (FL_STATE_BITS(w) != FL_SLOT_FREE) return FL_ESTATE;
-    queue_task(h, s, w, seq, epoch, count, target == FL_TARGET_ANY ? 0 : target + 1,
-               FL_SHARE_OFF, target == FL_TARGET_ANY ? 1 : -1);
-    return FL_OK;
-}
-
-/* One pass over the slots: claim the QUEUED slot with the lowest seq. 1 = claimed. */
-static int try_claim(void *mem, uint32_t worker_id, uint32_t *slot_out, uint32_t *state_out) {
-    fl_header *h = hdr_of(mem);
-    fl_slot_hdr *slots = slots_of(mem);
-    uint32_t n = h->nslots;
-    for (;;) {
-        uint32_t best = UINT32_MAX, best_w = 0;
-        uint64_t best_seq = UINT64_MAX;
-        for (uint32_t i = 0; i < n; i++) {
-            uint32_t w = fl_atomic_load_acquire_u32(&slots[i].state);
-            if (FL_STATE_BITS(w) != FL_SLOT_QUEUED) continue;
-            if (fl_atomic_load_relaxed_u32(&slots[i].share) != FL_SHARE_OFF) continue;
-            /* A stale target (the slot re-queued since w was read) is harmless: the CAS below
-             * fails on the generation. */
-            uint32_t t = fl_atomic_load_relaxed_u32(&slots[i].target);
-            if (t != 0 && t != worker_id + 1) continue;
-            uint64_t seq = fl_atomic_load_relaxed_u64(&slots[i].seq);
-            if (best == UINT32_MAX || seq < best_seq) {
-                best_seq = seq;
-                best = i;
-                best_w = w;
-            }
-        }
-        if (best == UINT32_MAX) return 0;
-        uint32_t want = FL_MAKE_STATE(FL_GEN_BITS(best_w), worker_id, FL_SLOT_CLAIMED);
-        uint32_t expected = best_w;
-        if (fl_atomic_cas_acq_rel_u32(&slots[best].state, &expected, want)) {
-            fl_atomic_fetch_add_relaxed_u64(&h->n_claimed, 1);
-            *slot_out = best;
-            *state_out = want;
-            return 1;
-        }
-        /* Lost the race for that slot (another worker, or the parent cancelled it): rescan. */
-    }
-}
-
-int fl_ring_claim(void *mem, uint32_t worker_id, int64_t timeout_ns, uint32_t *slot_out,
-                  uint32_t *state_out) {
-    if (mem == NULL || slot_out == NULL || state_out == NULL || worker_id > FL_MAX_WORKERS)
-        return FL_EINVAL;
-    fl_header *h = hdr_of(mem);
-    int64_t deadline = deadline_after(timeout_ns);
-    int spins = 0;
-    for (;;) {
-        if (fl_atomic_load_acquire_u32(&h->stop)) return FL_ESTOPPED;
-        uint32_t c = fl_atomic_load_acquire_u32(&h->queued_counter);
-        if (try_claim(mem, worker_id, slot_out, state_out)) return FL_OK;
-        int64_t left = deadline - fl_now_ns();
-        if (left <= 0) return FL_ETIMEOUT;
-        if (spins < FL_SPIN_ROUNDS) {
-            spins++;
-            fl_cpu_relax();
-            continue;
-        }
-        fl_sleep_unless_changed(&h->queued_counter, c, &h->task_waiters, &h->stop, left,
-                                &h->n_futex_waits);
-    }
-}
-
-int fl_ring_publish(void *mem, uint32_t slot, uint32_t claimed_state, int ok) {
-    fl_slot_hdr *s = fl_ring_slot(mem, slot);
-    if (s == NULL) return FL_EINVAL;
-    if (FL_STATE_BITS(claimed_state) != FL_SLOT_CLAIMED) return FL_EINVAL;
-    fl_header *h = hdr_of(mem);
-    uint32_t expected = claimed_state;
-    uint32_t want = FL_MAKE_STATE(FL_GEN_BITS(claimed_state), FL_OWNER_BITS(claimed_state),
-                                  ok ? FL_SLOT_READY : FL_SLOT_FAILED);
-    if (!fl_atomic_cas_acq_rel_u32(&s->state, &expected, want)) return FL_ESTATE;
-    fl_atomic_fetch_add_relaxed_u64(&h->n_published, 1);
-    fl_wake_if_waiting(&s->state, &h->ready_waiters, -1, &h->n_futex_wakes);
     return FL_OK;
 }
 
@@ -233,9 +347,8 @@ int fl_ring_wait(void *mem, uint32_t slot, int64_t timeout_ns, uint32_t *state_o
     int spins = 0;
     for (;;) {
         uint32_t w = fl_atomic_load_acquire_u32(&s->state);
-        uint32_t st = FL_STATE_BITS(w);
         *state_out = w;
-        if (st != FL_SLOT_QUEUED && st != FL_SLOT_CLAIMED) return FL_OK;
+        if (FL_STATE_BITS(w) != FL_SLOT_QUEUED) return FL_OK;
         int64_t left = deadline - fl_now_ns();
         if (left <= 0) return FL_ETIMEOUT;
         if (spins < FL_SPIN_ROUNDS) {
@@ -257,104 +370,85 @@ int fl_ring_begin_read(void *mem, uint32_t slot) {
     return FL_OK;
 }
 
-int fl_ring_release(void *mem, uint32_t slot) {
+int fl_ring_retire(void *mem, uint32_t slot, int *freed_out) {
     fl_slot_hdr *s = fl_ring_slot(mem, slot);
-    if (s == NULL) return FL_EINVAL;
-    uint32_t w = fl_atomic_load_acquire_u32(&s->state);
-    uint32_t st = FL_STATE_BITS(w);
-    if (st != FL_SLOT_READING && st != FL_SLOT_READY && st != FL_SLOT_FAILED) return FL_ESTATE;
-    if (!fl_atomic_cas_acq_rel_u32(&s->state, &w, FL_MAKE_STATE(FL_GEN_BITS(w), 0, FL_SLOT_FREE)))
-        return FL_ESTATE;
-    fl_atomic_fetch_add_relaxed_u64(&hdr_of(mem)->n_released, 1);
-    return FL_OK;
-}
-
-int fl_ring_cancel(void *mem, uint32_t slot, int *cancelled_out) {
-    fl_slot_hdr *s = fl_ring_slot(mem, slot);
-    if (s == NULL || cancelled_out == NULL) return FL_EINVAL;
-    *cancelled_out = 0;
-    uint32_t w = fl_atomic_load_acquire_u32(&s->state);
-    if (FL_STATE_BITS(w) != FL_SLOT_QUEUED) return FL_OK;
-    uint32_t sh = fl_atomic_load_acquire_u32(&s->share);
-    if (sh != FL_SHARE_OFF) { /* NOTE [shared rows]: stop takers, then wait for loaders */
-        uint32_t on = FL_SHARE_ON;
-        if (sh == FL_SHARE_ON && fl_atomic_cas_acq_rel_u32(&s->share, &on, FL_SHARE_CANCELLED))
-            sh = FL_SHARE_CANCELLED;
-        else if (sh == FL_SHARE_ON)
-            sh = on;
-        if (sh != FL_SHARE_CANCELLED) return FL_OK; /* failing: its worker publishes FAILED */
-        uint32_t count = fl_atomic_load_relaxed_u32(&s->count);
-        if (count > hdr_of(mem)->max_rows) return FL_EINVAL;
-        fl_atomic_u32 *rows = rows_of(mem, slot);
-        close_free_rows(rows, count);
-        if (count_taken(rows, count) > 0) return FL_OK; /* freed by a later cancel (reap) */
-    }
-    if (fl_atomic_cas_acq_rel_u32(&s->state, &w, FL_MAKE_STATE(FL_GEN_BITS(w), 0, FL_SLOT_FREE))) {
-        *cancelled_out = 1;
-        fl_atomic_fetch_add_relaxed_u64(&hdr_of(mem)->n_cancelled, 1);
-    }
-    return FL_OK;
-}
-
-/* A slot taken back from a dead worker is loaded again from scratch: what that worker may have
- * recorded of its result is forgotten (published by the CAS that re-queues the slot). */
-static void reset_result(fl_slot_hdr *s) {
-    fl_atomic_store_relaxed_u64(&s->progress, 0);
-    fl_atomic_store_relaxed_u32(&s->rows, s->count);
-    fl_atomic_store_relaxed_u32(&s->flags, 0);
-    fl_atomic_store_relaxed_u64(&s->var_bytes, 0);
-}
-
-int fl_ring_reclaim(void *mem, uint32_t worker_id, uint32_t *count_out) {
-    if (mem == NULL || count_out == NULL || worker_id > FL_MAX_WORKERS) return FL_EINVAL;
+    if (s == NULL || freed_out == NULL) return FL_EINVAL;
     fl_header *h = hdr_of(mem);
-    fl_slot_hdr *slots = slots_of(mem);
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < h->nslots; i++) {
-        uint32_t w = fl_atomic_load_acquire_u32(&slots[i].state);
-        if (FL_STATE_BITS(w) != FL_SLOT_CLAIMED || FL_OWNER_BITS(w) != worker_id) continue;
-        reset_result(&slots[i]);
-        uint32_t want = FL_MAKE_STATE(FL_GEN_BITS(w) + 1, 0, FL_SLOT_QUEUED);
-        if (fl_atomic_cas_acq_rel_u32(&slots[i].state, &w, want)) n++;
+    *freed_out = 0;
+    for (;;) {
+        uint32_t w = fl_atomic_load_acquire_u32(&s->state);
+        uint32_t st = FL_STATE_BITS(w), free_w = FL_MAKE_STATE(FL_GEN_BITS(w), 0, FL_SLOT_FREE);
+        if (st == FL_SLOT_FREE) {
+            *freed_out = 1;
+            return FL_OK;
+        }
+        if (st == FL_SLOT_READY || st == FL_SLOT_READING) { /* every piece DONE: no loader */
+            if (!fl_atomic_cas_acq_rel_u32(&s->state, &w, free_w)) continue;
+            fl_atomic_fetch_add_relaxed_u64(&h->n_released, 1);
+            *freed_out = 1;
+            return FL_OK;
+        }
+        if (st == FL_SLOT_QUEUED || st == FL_SLOT_FAILED) {
+            uint32_t closing = FL_MAKE_STATE(FL_GEN_BITS(w), 0, FL_SLOT_CLOSING);
+            if (!fl_atomic_cas_acq_rel_u32(&s->state, &w, closing)) continue;
+            fl_atomic_fetch_add_relaxed_u64(&h->n_closing, 1);
+            w = closing;
+        } else if (st != FL_SLOT_CLOSING) {
+            return FL_ESTATE;
+        }
+        fl_atomic_fence_seq_cst(); /* NOTE [pieces]: CLOSING stored, then the pieces read */
+        settle(mem, slot, w, 0);
+        *freed_out = FL_STATE_BITS(fl_atomic_load_acquire_u32(&s->state)) == FL_SLOT_FREE;
+        return FL_OK;
     }
-    *count_out = n;
-    if (n > 0) {
-        fl_atomic_fetch_add_relaxed_u64(&h->n_reclaimed, n);
-        fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
-        fl_wake_if_waiting(&h->queued_counter, &h->task_waiters, -1, NULL);
-    }
-    return FL_OK;
 }
 
-int fl_ring_reclaim_slot(void *mem, uint32_t slot, uint32_t worker_id, int requeue, int *done_out) {
+int fl_ring_give_back(void *mem, uint32_t slot, uint32_t worker_id, int reopen, uint32_t *n_out) {
     fl_slot_hdr *s = fl_ring_slot(mem, slot);
-    if (s == NULL || done_out == NULL || worker_id > FL_MAX_WORKERS) return FL_EINVAL;
+    if (s == NULL || n_out == NULL || worker_id >= FL_MAX_WORKERS) return FL_EINVAL;
     fl_header *h = hdr_of(mem);
-    *done_out = 0;
+    *n_out = 0;
     uint32_t w = fl_atomic_load_acquire_u32(&s->state);
-    if (FL_STATE_BITS(w) != FL_SLOT_CLAIMED || FL_OWNER_BITS(w) != worker_id) return FL_OK;
-    reset_result(s);
-    uint32_t want = requeue ? FL_MAKE_STATE(FL_GEN_BITS(w) + 1, 0, FL_SLOT_QUEUED)
-                            : FL_MAKE_STATE(FL_GEN_BITS(w) + 1, 0, FL_SLOT_FREE);
-    if (!fl_atomic_cas_acq_rel_u32(&s->state, &w, want)) return FL_OK;
-    *done_out = 1;
-    fl_atomic_fetch_add_relaxed_u64(&h->n_reclaimed, 1);
-    if (requeue) {
-        fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
-        fl_wake_if_waiting(&h->queued_counter, &h->task_waiters,
-                           fl_atomic_load_relaxed_u32(&s->target) ? -1 : 1, NULL);
+    uint32_t g = piece_gen(w), n = 0;
+    fl_atomic_u64 *p = pieces_of(mem, slot);
+    uint32_t hw = fl_atomic_load_acquire_u32(&s->hw);
+    if (hw > h->max_pieces) hw = h->max_pieces;
+    int reset = 0;
+    for (uint32_t k = 0; k < hw; k++) {
+        uint64_t v = fl_atomic_load_acquire_u64(&p[k]);
+        if (v == 0 || FL_PIECE_OWNER(v) != worker_id) continue;
+        uint32_t kind = FL_PIECE_KIND(v);
+        if (kind != FL_PIECE_TAKEN && kind != FL_PIECE_GIVEN) continue;
+        if (FL_PIECE_GEN(v) != g) { /* a stale cut it did not live to take back */
+            fl_atomic_cas_acq_rel_u64(&p[k], &v, 0);
+            continue;
+        }
+        if (!reset && reopen && fl_atomic_load_relaxed_u32(&s->share) == FL_SHARE_OFF) {
+            /* a batch taken whole is loaded again from scratch: forget what it recorded */
+            fl_atomic_store_relaxed_u32(&s->rows, fl_atomic_load_relaxed_u32(&s->count));
+            fl_atomic_store_relaxed_u32(&s->flags, 0);
+            fl_atomic_store_relaxed_u64(&s->var_bytes, 0);
+            reset = 1;
+        }
+        uint64_t back = with_kind(v, reopen ? FL_PIECE_FREE : FL_PIECE_CLOSED, worker_id);
+        if (fl_atomic_cas_acq_rel_u64(&p[k], &v, back)) {
+            fl_atomic_store_relaxed_u64(&progress_of(mem, slot)[k], 0);
+            n++;
+        }
     }
+    *n_out = n;
+    if (n > 0) fl_atomic_fetch_add_relaxed_u64(&h->n_given_back, n);
+    /* Settle even when nothing was given back: the worker may have died between its last
+     * piece's DONE (or ERRORED) CAS and the settle that follows it in fl_ring_done
+     * (fl_ring_fail), leaving a batch whose rows are all settled still QUEUED. */
+    fl_atomic_fence_seq_cst();
+    settle(mem, slot, w, worker_id);
     return FL_OK;
 }
 
 int fl_ring_stop(void *mem) {
     if (mem == NULL) return FL_EINVAL;
-    fl_header *h = hdr_of(mem);
-    fl_atomic_store_release_u32(&h->stop, 1);
-    fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
-    fl_wake_if_waiting(&h->queued_counter, &h->task_waiters, -1, NULL);
-    /* and the failers asleep in fl_ring_rows_settle, each on its batch's row bell */
-    for (uint32_t i = 0; h->max_rows > 0 && i < h->nslots; i++) ring_row_bell(mem, i);
+    fl_atomic_store_release_u32(&hdr_of(mem)->stop, 1);
     return FL_OK;
 }
 
@@ -363,514 +457,279 @@ int fl_ring_stopped(const void *mem) {
     return fl_atomic_load_acquire_u32(&((fl_header *)mem)->stop) != 0;
 }
 
-int fl_ring_set_progress(void *mem, uint32_t slot, uint64_t rows, uint32_t pid) {
-    fl_slot_hdr *s = fl_ring_slot(mem, slot);
-    if (s == NULL) return FL_EINVAL;
-    fl_atomic_store_relaxed_u64(&s->progress, rows);
-    fl_atomic_store_relaxed_u32(&s->pid, pid);
+/* ---- workers --------------------------------------------------------------------------- */
+
+/* What a worker could take in one slot, and how much it wants it (lower rank first). */
+typedef struct candidate {
+    uint32_t slot, state, rank, limit, unit;
+    uint64_t seq;
+    scan sc;
+} candidate;
+
+/* The rank of slot i for worker `me` (-1: nothing to take there). */
+static int assess(void *mem, uint32_t i, uint32_t me, uint64_t oldest, candidate *c) {
+    fl_slot_hdr *s = &slots_of(mem)[i];
+    uint32_t w = fl_atomic_load_acquire_u32(&s->state);
+    if (FL_STATE_BITS(w) != FL_SLOT_QUEUED) return -1;
+    uint32_t t = fl_atomic_load_relaxed_u32(&s->target);
+    if (t != 0 && t != me + 1) return -1;
+    uint32_t count = fl_atomic_load_relaxed_u32(&s->count);
+    if (count == 0) return -1;
+    uint32_t unit = fl_ring_unit(count), units = units_of(count, unit), limit = units;
+    uint64_t err = fl_atomic_load_acquire_u64(&s->err);
+    if (err != 0) { /* rows above the lowest error are not needed */
+        uint32_t below = ERR_ROW(err) / unit + 1; /* units up to the one holding that row */
+        if (below < limit) limit = below;
+    }
+    scan_pieces(mem, i, piece_gen(w), me, limit, &c->sc);
+    int cut = c->sc.can_cut && c->sc.end < limit;
+    if (c->sc.given_k < 0 && c->sc.free_k < 0 && !cut) return -1;
+    uint64_t epoch = fl_atomic_load_relaxed_u64(&s->epoch);
+    if (c->sc.given_k >= 0)
+        c->rank = 0;
+    else if (!c->sc.begun)
+        c->rank = epoch == oldest ? 1 : 3;
+    else
+        c->rank = fl_atomic_load_relaxed_u32(&s->share) == FL_SHARE_ON ? 2 : 1;
+    c->slot = i;
+    c->state = w;
+    c->limit = limit;
+    c->unit = unit;
+    c->seq = fl_atomic_load_relaxed_u64(&s->seq);
+    return (int)c->rank;
+}
+
+/* Try to take a piece of candidate c. 1: taken (out filled); 0: lost a race. */
+static int take_from(void *mem, const candidate *c, uint32_t me, uint32_t divisor,
+                     uint32_t min_units, uint32_t pid, fl_take *out) {
+    fl_header *h = hdr_of(mem);
+    fl_slot_hdr *s = &slots_of(mem)[c->slot];
+    fl_atomic_u64 *p = pieces_of(mem, c->slot);
+    uint32_t g = piece_gen(c->state), k;
+    uint64_t expected, want;
+    if (c->sc.given_k >= 0 || c->sc.free_k >= 0) {
+        k = (uint32_t)(c->sc.given_k >= 0 ? c->sc.given_k : c->sc.free_k);
+        expected = fl_atomic_load_acquire_u64(&p[k]);
+        uint32_t kind = FL_PIECE_KIND(expected);
+        if (!is_piece(expected, g) || !(kind == FL_PIECE_FREE ||
+                                        (kind == FL_PIECE_GIVEN && FL_PIECE_OWNER(expected) == me)))
+            return 0;
+        want = with_kind(expected, FL_PIECE_TAKEN, me);
+    } else {
+        k = c->sc.next;
+        uint32_t left = c->limit - c->sc.end, n = left;
+        if (fl_atomic_load_relaxed_u32(&s->share) == FL_SHARE_ON && k + 1 < h->max_pieces) {
+            n = left / (divisor ? divisor : 1);
+            if (n < min_units) n = min_units;
+            if (n < 1) n = 1;
+            if (n > left) n = left;
+        }
+        raise_hw(s, k);
+        expected = c->sc.next_word;
+        want = FL_MAKE_PIECE(FL_PIECE_TAKEN, me, g, c->sc.end, n);
+    }
+    if (!fl_atomic_cas_acq_rel_u64(&p[k], &expected, want)) return 0;
+    fl_atomic_fence_seq_cst(); /* NOTE [pieces]: the piece stored, then the state read */
+    uint32_t now = fl_atomic_load_acquire_u32(&s->state);
+    if (now != c->state) { /* not the batch we read any more (retired, re-queued, settled) */
+        uint64_t mine = want;
+        if (FL_GEN_BITS(now) != FL_GEN_BITS(c->state)) {
+            fl_atomic_cas_acq_rel_u64(&p[k], &mine, 0); /* a stale cut: undo it */
+        } else {
+            fl_atomic_cas_acq_rel_u64(&p[k], &mine, with_kind(want, FL_PIECE_FREE, me));
+            fl_atomic_fence_seq_cst();
+            settle(mem, c->slot, c->state, me); /* we may be the last loader of a CLOSING one */
+        }
+        return 0;
+    }
+    uint32_t count = fl_atomic_load_relaxed_u32(&s->count);
+    uint64_t first = (uint64_t)FL_PIECE_FIRST(want) * c->unit;
+    uint64_t n = (uint64_t)FL_PIECE_N(want) * c->unit;
+    if (first >= count) n = 0;
+    else if (n > count - first) n = count - first;
+    fl_atomic_store_relaxed_u64(&progress_of(mem, c->slot)[k], (uint64_t)pid << 32);
+    fl_atomic_fetch_add_relaxed_u64(&h->n_taken, 1);
+    out->slot = c->slot;
+    out->state = c->state;
+    out->piece = k;
+    out->first = (uint32_t)first;
+    out->n = (uint32_t)n;
+    out->count = count;
+    out->shared = fl_atomic_load_relaxed_u32(&s->share) == FL_SHARE_ON;
+    out->seq = fl_atomic_load_relaxed_u64(&s->seq);
+    out->epoch = fl_atomic_load_relaxed_u64(&s->epoch);
+    return 1;
+}
+
+int fl_ring_take(void *mem, uint32_t worker_id, uint32_t divisor, uint32_t min_units,
+                 uint32_t pid, fl_take *out) {
+    if (mem == NULL || out == NULL || worker_id >= FL_MAX_WORKERS) return FL_EINVAL;
+    fl_header *h = hdr_of(mem);
+    fl_slot_hdr *slots = slots_of(mem);
+    for (int round = 0; round < FL_TAKE_ROUNDS; round++) {
+        if (fl_atomic_load_acquire_u32(&h->stop)) return FL_ESTOPPED;
+        uint64_t oldest = UINT64_MAX; /* the oldest epoch queued (a preference, read racily) */
+        for (uint32_t i = 0; i < h->nslots; i++) {
+            uint32_t w = fl_atomic_load_acquire_u32(&slots[i].state);
+            if (FL_STATE_BITS(w) != FL_SLOT_QUEUED) continue;
+            uint64_t e = fl_atomic_load_relaxed_u64(&slots[i].epoch);
+            if (e < oldest) oldest = e;
+        }
+        if (oldest == UINT64_MAX) return FL_ETIMEOUT;
+        candidate best, c;
+        memset(&best, 0, sizeof best);
+        int have = 0;
+        for (uint32_t i = 0; i < h->nslots; i++) {
+            if (assess(mem, i, worker_id, oldest, &c) < 0) continue;
+            if (have && (c.rank > best.rank || (c.rank == best.rank && c.seq >= best.seq)))
+                continue;
+            best = c;
+            have = 1;
+        }
+        if (!have) return FL_ETIMEOUT;
+        if (take_from(mem, &best, worker_id, divisor, min_units, pid, out)) return FL_OK;
+    }
+    return FL_ETIMEOUT; /* lost every race: others took the work */
+}
+
+/* The entry of take `t`, if it is still worker `me`'s TAKEN piece (else 0). */
+static uint64_t own_piece(void *mem, const fl_take *t, uint32_t me) {
+    fl_slot_hdr *s = fl_ring_slot(mem, t->slot);
+    if (s == NULL || t->piece >= hdr_of(mem)->max_pieces) return 0;
+    uint64_t v = fl_atomic_load_acquire_u64(&pieces_of(mem, t->slot)[t->piece]);
+    if (!is_piece(v, piece_gen(t->state)) || FL_PIECE_KIND(v) != FL_PIECE_TAKEN ||
+        FL_PIECE_OWNER(v) != me)
+        return 0;
+    return v;
+}
+
+int fl_ring_progress(void *mem, uint32_t slot, uint32_t piece, uint32_t rows, uint32_t pid) {
+    if (fl_ring_slot(mem, slot) == NULL || piece >= hdr_of(mem)->max_pieces) return FL_EINVAL;
+    fl_atomic_store_relaxed_u64(&progress_of(mem, slot)[piece], (uint64_t)pid << 32 | rows);
+    return FL_OK;
+}
+
+int fl_ring_done(void *mem, const fl_take *t, uint32_t worker_id, int *published_out) {
+    if (mem == NULL || t == NULL || published_out == NULL || worker_id >= FL_MAX_WORKERS)
+        return FL_EINVAL;
+    *published_out = 0;
+    uint64_t v = own_piece(mem, t, worker_id);
+    if (v == 0) return FL_ESTATE;
+    if (!fl_atomic_cas_acq_rel_u64(&pieces_of(mem, t->slot)[t->piece], &v,
+                                   with_kind(v, FL_PIECE_DONE, worker_id)))
+        return FL_ESTATE;
+    fl_atomic_fence_seq_cst(); /* NOTE [pieces]: the piece stored, then the state read */
+    *published_out = settle(mem, t->slot, t->state, worker_id);
+    return FL_OK;
+}
+
+int fl_ring_fail(void *mem, const fl_take *t, uint32_t worker_id, uint32_t row,
+                 int *published_out) {
+    if (mem == NULL || t == NULL || published_out == NULL || worker_id >= FL_MAX_WORKERS)
+        return FL_EINVAL;
+    *published_out = 0;
+    uint64_t v = own_piece(mem, t, worker_id);
+    if (v == 0) return FL_ESTATE;
+    if (row < t->first || row - t->first >= t->n) return FL_ERANGE;
+    fl_slot_hdr *s = &slots_of(mem)[t->slot];
+    fl_atomic_u64 *prog = &progress_of(mem, t->slot)[t->piece];
+    uint64_t pid = fl_atomic_load_relaxed_u64(prog) >> 32;
+    fl_atomic_store_relaxed_u64(prog, pid << 32 | (row - t->first));
+    uint64_t mine = ((uint64_t)row + 1) << 12 | worker_id;
+    uint64_t cur = fl_atomic_load_acquire_u64(&s->err);
+    while ((cur == 0 || ERR_ROW(cur) > row) && !fl_atomic_cas_acq_rel_u64(&s->err, &cur, mine)) {
+    }
+    if (!fl_atomic_cas_acq_rel_u64(&pieces_of(mem, t->slot)[t->piece], &v,
+                                   with_kind(v, FL_PIECE_ERRORED, worker_id)))
+        return FL_ESTATE;
+    fl_atomic_fence_seq_cst();
+    *published_out = settle(mem, t->slot, t->state, worker_id);
     return FL_OK;
 }
 
 int fl_ring_set_rows(void *mem, uint32_t slot, uint32_t rows) {
     fl_slot_hdr *s = fl_ring_slot(mem, slot);
     if (s == NULL) return FL_EINVAL;
-    if (rows > s->count) return FL_ERANGE;
-    fl_atomic_store_relaxed_u32(&s->rows, rows); /* published by fl_ring_publish's release */
+    if (rows > fl_atomic_load_relaxed_u32(&s->count)) return FL_ERANGE;
+    fl_atomic_store_relaxed_u32(&s->rows, rows); /* published by the release in fl_ring_done */
     return FL_OK;
 }
 
 int fl_ring_set_result(void *mem, uint32_t slot, uint32_t flags, uint64_t var_bytes) {
     fl_slot_hdr *s = fl_ring_slot(mem, slot);
     if (s == NULL) return FL_EINVAL;
-    /* Relaxed: published to the parent by the release CAS in fl_ring_publish; atomic because
-     * fl_ring_slot_info may read them concurrently for an error message. */
     fl_atomic_store_relaxed_u32(&s->flags, flags);
     fl_atomic_store_relaxed_u64(&s->var_bytes, var_bytes);
     return FL_OK;
 }
 
+/* ---- reading --------------------------------------------------------------------------- */
+
+int fl_ring_pieces(const void *mem, uint32_t slot, fl_piece_info *out, uint32_t cap,
+                   uint32_t *n_out) {
+    void *m = (void *)mem;
+    fl_slot_hdr *s = fl_ring_slot(m, slot);
+    if (s == NULL || n_out == NULL || (cap > 0 && out == NULL)) return FL_EINVAL;
+    uint32_t w = fl_atomic_load_acquire_u32(&s->state);
+    uint32_t g = piece_gen(w), count = fl_atomic_load_relaxed_u32(&s->count);
+    uint32_t unit = fl_ring_unit(count), n = 0;
+    fl_atomic_u64 *p = pieces_of(m, slot), *prog = progress_of(m, slot);
+    for (uint32_t k = 0; k < hdr_of(m)->max_pieces; k++) {
+        uint64_t v = fl_atomic_load_acquire_u64(&p[k]);
+        if (!is_piece(v, g)) break;
+        if (n < cap) {
+            uint64_t first = (uint64_t)FL_PIECE_FIRST(v) * unit;
+            uint64_t rows = (uint64_t)FL_PIECE_N(v) * unit;
+            if (first >= count) rows = 0;
+            else if (rows > count - first) rows = count - first;
+            uint64_t pr = fl_atomic_load_relaxed_u64(&prog[k]);
+            out[n].kind = FL_PIECE_KIND(v);
+            out[n].owner = FL_PIECE_OWNER(v);
+            out[n].first = (uint32_t)first;
+            out[n].n = (uint32_t)rows;
+            out[n].done = (uint32_t)pr;
+            out[n].pid = (uint32_t)(pr >> 32);
+        }
+        n++;
+    }
+    *n_out = n;
+    return FL_OK;
+}
+
 int fl_ring_slot_info(const void *mem, uint32_t slot, fl_slot_info *out) {
-    fl_slot_hdr *s = fl_ring_slot((void *)mem, slot);
+    void *m = (void *)mem;
+    fl_slot_hdr *s = fl_ring_slot(m, slot);
     if (s == NULL || out == NULL) return FL_EINVAL;
     out->state = fl_atomic_load_acquire_u32(&s->state);
     out->seq = fl_atomic_load_relaxed_u64(&s->seq);
-    out->progress = fl_atomic_load_relaxed_u64(&s->progress);
-    out->pid = fl_atomic_load_relaxed_u32(&s->pid);
-    /* The rest is only stable while the caller owns the slot (parent: READY/READING). */
-    out->count = fl_atomic_load_relaxed_u32(&s->count); /* a worker reads a shared slot's */
+    out->count = fl_atomic_load_relaxed_u32(&s->count);
     out->epoch = fl_atomic_load_relaxed_u64(&s->epoch);
     uint32_t t = fl_atomic_load_relaxed_u32(&s->target);
     out->target = t == 0 ? FL_TARGET_ANY : t - 1;
     out->rows = fl_atomic_load_relaxed_u32(&s->rows);
     out->flags = fl_atomic_load_relaxed_u32(&s->flags);
     out->var_bytes = fl_atomic_load_relaxed_u64(&s->var_bytes);
-    return FL_OK;
-}
-
-/* NOTE [shared rows]
- * A shared batch is loaded by any number of workers at once, a few rows each: so the first batch
- * of an epoch, and its last ones, do not wait for one worker while the others idle (torch's
- * DataLoader has that problem: pytorch/pytorch#19836). Its slot has a row table (one 32-bit word
- * per row: FREE, taken by worker k as k + 1, DONE, ERRORED or CLOSED), and every step of a batch is
- * one CAS on one of those words, so a worker killed at any instant leaves nothing half-done:
- *   - a worker takes FREE rows (fl_ring_take_rows: CAS FREE -> k + 1), loads them into the slot,
- *     and marks them DONE; the one whose DONE makes every row DONE publishes the batch READY.
- *     Nobody owns the batch, so there is no owner to lose.
- *   - a dead worker's rows are given back by the parent (fl_ring_reset_rows): FREE again, loaded
- *     by another worker; rows it had marked DONE are in the slot already. If it died after its
- *     last DONE and before publishing, the parent publishes.
- *   - a row that raises is ERRORED; the first worker to fail a row (a CAS of share ON -> FAILING)
- *     closes the FREE rows, waits until nobody loads a row of the batch (fl_ring_rows_settle),
- *     and publishes it FAILED with its error; later failures just give their rows back.
- *   - the parent cancels a batch by a CAS of share ON -> CANCELLED, closing its FREE rows; the
- *     slot becomes FREE only when no row is being loaded (a later fl_ring_cancel, from reap).
- * A slot is therefore reused (re-queued, its rows FREE again) only once no worker writes into it:
- * READY means every row is DONE, FAILED comes after settling, and a cancel waits for loaders. A
- * worker that saw an older state of the slot takes rows and then checks the state word and share
- * again (same generation, still ON), giving the rows back otherwise: it never loads a row of a
- * batch it did not read.
- * The Python layer (fastload/_engine.py, _queue) shares the first batch of an epoch, its last
- * 2 x num_workers (where workers would wait for one of them) and the batches queued ahead for
- * the next pass; the others are queued whole (fl_ring_queue), as the per-row CASes cost a batch
- * of tiny samples ~5%. Workers claim whole batches first, then take rows, and take a batch
- * quicker than 20 ms to load in one piece (fastload/_worker.py). */
-
-FL_INLINE fl_atomic_u32 *meta_of(void *mem, uint32_t slot) {
-    fl_header *h = hdr_of(mem);
-    char *base = (char *)mem + h->header_bytes + (size_t)h->nslots * sizeof(fl_slot_hdr);
-    return (fl_atomic_u32 *)(base + (size_t)slot * row_stride(h->max_rows) * sizeof(uint32_t));
-}
-
-static fl_atomic_u32 *rows_of(void *mem, uint32_t slot) {
-    return meta_of(mem, slot) + FL_META_WORDS;
-}
-
-FL_INLINE int row_taken(uint32_t v) { return v != FL_ROW_FREE && v <= FL_MAX_WORKERS; }
-FL_INLINE int row_given(uint32_t v) {
-    return (v & ~(uint32_t)0xFFFu) == FL_ROW_GIVEN && (v & 0xFFFu) != 0;
-}
-
-/* A slot that is a shared batch in state `state` now (count: its rows, read atomically). */
-static fl_slot_hdr *shared_slot(void *mem, uint32_t slot, uint32_t state, uint32_t *count_out) {
-    fl_slot_hdr *s = fl_ring_slot(mem, slot);
-    if (s == NULL || hdr_of(mem)->max_rows == 0) return NULL;
-    if (fl_atomic_load_acquire_u32(&s->state) != state) return NULL;
-    uint32_t count = fl_atomic_load_acquire_u32(&s->count);
-    /* The slot may be queued again right after the check above (a worker that read the batch
-     * has not taken a row yet): count is stored (release) after the slot left `state`, so read
-     * the state again to know that this count is that batch's. */
-    if (fl_atomic_load_relaxed_u32(&s->state) != state) return NULL;
-    if (count == 0 || count > hdr_of(mem)->max_rows) return NULL;
-    *count_out = count;
-    return s;
-}
-
-FL_INLINE void ring_row_bell(void *mem, uint32_t slot) {
-    fl_atomic_u32 *bell = &meta_of(mem, slot)[FL_META_BELL];
-    fl_atomic_fetch_add_acq_rel_u32(bell, 1);
-    fl_wake_if_waiting(bell, &hdr_of(mem)->row_waiters, -1, NULL);
-}
-
-/* FREE rows, and rows given to a worker that has not taken them yet, -> CLOSED. */
-static void close_free_rows(fl_atomic_u32 *rows, uint32_t count) {
-    for (uint32_t r = 0; r < count; r++) {
-        uint32_t v = fl_atomic_load_relaxed_u32(&rows[r]);
-        if (v == FL_ROW_FREE || row_given(v)) fl_atomic_cas_acq_rel_u32(&rows[r], &v, FL_ROW_CLOSED);
-    }
-}
-
-static uint32_t count_taken(fl_atomic_u32 *rows, uint32_t count) {
-    uint32_t busy = 0;
-    for (uint32_t r = 0; r < count; r++)
-        if (row_taken(fl_atomic_load_acquire_u32(&rows[r]))) busy++;
-    return busy;
-}
-
-static int all_done(fl_atomic_u32 *rows, uint32_t count) {
-    for (uint32_t r = 0; r < count; r++)
-        if (fl_atomic_load_acquire_u32(&rows[r]) != FL_ROW_DONE) return 0;
-    return 1;
-}
-
-/* QUEUED (state) -> READY or FAILED with `owner` as the publisher; wakes the parent. */
-static int publish_shared(void *mem, fl_slot_hdr *s, uint32_t state, uint32_t owner, int ok) {
-    uint32_t expected = state;
-    uint32_t want = FL_MAKE_STATE(FL_GEN_BITS(state), owner, ok ? FL_SLOT_READY : FL_SLOT_FAILED);
-    if (!fl_atomic_cas_acq_rel_u32(&s->state, &expected, want)) return 0;
-    fl_header *h = hdr_of(mem);
-    fl_atomic_fetch_add_relaxed_u64(&h->n_published, 1);
-    fl_wake_if_waiting(&s->state, &h->ready_waiters, -1, &h->n_futex_wakes);
-    return 1;
-}
-
-int fl_ring_queue_shared(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch, uint32_t count) {
-    return fl_ring_queue_shared_to(mem, slot, seq, epoch, count, NULL, 0);
-}
-
-int fl_ring_queue_shared_to(void *mem, uint32_t slot, uint64_t seq, uint64_t epoch,
-                            uint32_t count, const uint32_t *owners, uint32_t nowners) {
-    fl_slot_hdr *s = fl_ring_slot(mem, slot);
-    fl_header *h = hdr_of(mem);
-    if (s == NULL || count == 0 || count > h->max_rows || nowners > count) return FL_EINVAL;
-    if (nowners > 0 && owners == NULL) return FL_EINVAL;
-    for (uint32_t r = 0; r < nowners; r++)
-        if (owners[r] != FL_TARGET_ANY && owners[r] >= FL_MAX_WORKERS) return FL_EINVAL;
-    uint32_t w = fl_atomic_load_acquire_u32(&s->state);
-    if (FL_STATE_BITS(w) != FL_SLOT_FREE) return FL_ESTATE;
-    fl_atomic_u32 *meta = meta_of(mem, slot), *rows = meta + FL_META_WORDS;
-    /* Nobody loads a row of a FREE slot (NOTE [shared rows]); a worker with an older view that
-     * takes one of these rows gives it back when it sees the new state word. */
-    for (uint32_t r = 0; r < count; r++) {
-        uint32_t v = r < nowners && owners[r] != FL_TARGET_ANY ? FL_ROW_GIVEN | (owners[r] + 1)
-                                                                : FL_ROW_FREE;
-        fl_atomic_store_relaxed_u32(&rows[r], v);
-    }
-    fl_atomic_store_relaxed_u32(&meta[FL_META_HINT], 0);
-    fl_atomic_store_relaxed_u32(&meta[FL_META_FAILER], 0);
-    queue_task(h, s, w, seq, epoch, count, 0, FL_SHARE_ON, -1);
-    return FL_OK;
-}
-
-/* The first FREE row at or after `from`, else before it; count if none. */
-static uint32_t first_free(fl_atomic_u32 *rows, uint32_t count, uint32_t from) {
-    if (from > count) from = count;
-    for (uint32_t r = from; r < count; r++)
-        if (fl_atomic_load_relaxed_u32(&rows[r]) == FL_ROW_FREE) return r;
-    for (uint32_t r = 0; r < from; r++) /* the hint is only a hint */
-        if (fl_atomic_load_relaxed_u32(&rows[r]) == FL_ROW_FREE) return r;
-    return count;
-}
-
-int fl_ring_find_rows(void *mem, uint32_t *slot_out, uint32_t *state_out) {
-    return fl_ring_find_rows_for(mem, FL_TARGET_ANY, slot_out, state_out);
-}
-
-/* Whether no row of `rows` has been taken, loaded or closed yet (a batch nobody works on). */
-static int untouched(fl_atomic_u32 *rows, uint32_t count) {
-    for (uint32_t r = 0; r < count; r++) {
-        uint32_t v = fl_atomic_load_relaxed_u32(&rows[r]);
-        if (v != FL_ROW_FREE && !row_given(v)) return 0;
-    }
-    return 1;
-}
-
-/* Whether a row of `rows` is given to `worker_id` (never FL_TARGET_ANY). */
-static int has_own_row(fl_atomic_u32 *rows, uint32_t count, uint32_t worker_id) {
-    if (worker_id >= FL_MAX_WORKERS) return 0;
-    for (uint32_t r = 0; r < count; r++)
-        if (fl_atomic_load_relaxed_u32(&rows[r]) == (FL_ROW_GIVEN | (worker_id + 1))) return 1;
-    return 0;
-}
-
-int fl_ring_find_rows_for(void *mem, uint32_t worker_id, uint32_t *slot_out,
-                          uint32_t *state_out) {
-    if (mem == NULL || slot_out == NULL || state_out == NULL) return FL_EINVAL;
-    fl_header *h = hdr_of(mem);
-    if (h->max_rows == 0) return FL_ETIMEOUT;
-    /* Preference: a batch with a row given to this worker; then one of the oldest epoch that
-     * nobody works on yet (so that each worker fills batches of its own while there are
-     * enough); then the oldest with rows left (helping: NOTE [shared rows]); then a batch of a
-     * later epoch (queued ahead) that nobody works on. The lowest seq within each. */
-    fl_slot_hdr *slots = slots_of(mem);
-    uint64_t oldest = UINT64_MAX; /* epoch (informative field, read racily: a preference) */
-    for (uint32_t i = 0; i < h->nslots; i++) {
-        uint32_t w = fl_atomic_load_acquire_u32(&slots[i].state);
-        if (FL_STATE_BITS(w) == FL_SLOT_QUEUED &&
-            fl_atomic_load_relaxed_u32(&slots[i].share) == FL_SHARE_ON) {
-            uint64_t e = fl_atomic_load_relaxed_u64(&slots[i].epoch);
-            if (e < oldest) oldest = e;
+    out->share = fl_atomic_load_relaxed_u32(&s->share);
+    uint64_t err = fl_atomic_load_acquire_u64(&s->err);
+    out->err_row = err ? ERR_ROW(err) : UINT32_MAX;
+    out->err_owner = err ? ERR_OWNER(err) : 0;
+    out->pid = 0;
+    /* The process behind the result: the loader of a batch taken whole, or the one whose row
+     * raised first (its error is in its pipe). */
+    uint32_t g = piece_gen(out->state), unit = fl_ring_unit(out->count);
+    fl_atomic_u64 *p = pieces_of(m, slot), *prog = progress_of(m, slot);
+    for (uint32_t k = 0; k < hdr_of(m)->max_pieces; k++) {
+        uint64_t v = fl_atomic_load_acquire_u64(&p[k]);
+        if (!is_piece(v, g)) break;
+        uint64_t first = (uint64_t)FL_PIECE_FIRST(v) * unit;
+        uint64_t end = first + (uint64_t)FL_PIECE_N(v) * unit;
+        int mine = err ? (FL_PIECE_KIND(v) == FL_PIECE_ERRORED && FL_PIECE_OWNER(v) == ERR_OWNER(err) &&
+                          first <= ERR_ROW(err) && ERR_ROW(err) < end)
+                       : k == 0;
+        if (mine) {
+            out->pid = (uint32_t)(fl_atomic_load_relaxed_u64(&prog[k]) >> 32);
+            break;
         }
-    }
-    uint32_t best = UINT32_MAX, best_w = 0, best_rank = 4;
-    uint64_t best_seq = UINT64_MAX;
-    for (uint32_t i = 0; i < h->nslots; i++) {
-        uint32_t w = fl_atomic_load_acquire_u32(&slots[i].state);
-        if (FL_STATE_BITS(w) != FL_SLOT_QUEUED) continue;
-        if (fl_atomic_load_relaxed_u32(&slots[i].share) != FL_SHARE_ON) continue;
-        uint64_t seq = fl_atomic_load_relaxed_u64(&slots[i].seq);
-        uint32_t count = fl_atomic_load_relaxed_u32(&slots[i].count);
-        if (count == 0 || count > h->max_rows) continue;
-        fl_atomic_u32 *meta = meta_of(mem, i), *rows = meta + FL_META_WORDS;
-        uint32_t rank;
-        if (has_own_row(rows, count, worker_id))
-            rank = 0;
-        else if (first_free(rows, count, fl_atomic_load_relaxed_u32(&meta[FL_META_HINT])) ==
-                 count)
-            continue;
-        else if (!untouched(rows, count))
-            rank = 2;
-        else
-            rank = fl_atomic_load_relaxed_u64(&slots[i].epoch) == oldest ? 1 : 3;
-        if (rank > best_rank || (rank == best_rank && seq >= best_seq)) continue;
-        best = i;
-        best_w = w;
-        best_seq = seq;
-        best_rank = rank;
-    }
-    if (best == UINT32_MAX) return FL_ETIMEOUT;
-    *slot_out = best;
-    *state_out = best_w;
-    return FL_OK;
-}
-
-int fl_ring_take_rows(void *mem, uint32_t slot, uint32_t state, uint32_t worker_id,
-                      uint32_t row, uint32_t divisor, uint32_t *first_out, uint32_t *n_out) {
-    if (mem == NULL || first_out == NULL || n_out == NULL || worker_id >= FL_MAX_WORKERS)
-        return FL_EINVAL;
-    *first_out = 0;
-    *n_out = 0;
-    uint32_t count = 0;
-    fl_slot_hdr *s = shared_slot(mem, slot, state, &count);
-    if (s == NULL || FL_STATE_BITS(state) != FL_SLOT_QUEUED) return FL_ESTATE;
-    if (fl_atomic_load_acquire_u32(&s->share) != FL_SHARE_ON) return FL_OK;
-    fl_atomic_u32 *meta = meta_of(mem, slot), *rows = meta + FL_META_WORDS;
-    uint32_t me = worker_id + 1, first, n = 0;
-    uint32_t hint = fl_atomic_load_relaxed_u32(&meta[FL_META_HINT]);
-    if (row == FL_TAKE_GIVEN) { /* a row given to us (fl_ring_queue_shared_to) */
-        for (first = 0; first < count; first++) {
-            uint32_t v = FL_ROW_GIVEN | me;
-            if (fl_atomic_load_relaxed_u32(&rows[first]) == v &&
-                fl_atomic_cas_acq_rel_u32(&rows[first], &v, me))
-                break;
-        }
-        if (first >= count) return FL_OK;
-        n = 1;
-    } else if (row != FL_TAKE_PIECE) {
-        if (row >= count) return FL_ERANGE;
-        uint32_t v = FL_ROW_FREE;
-        if (!fl_atomic_cas_acq_rel_u32(&rows[row], &v, me)) return FL_OK;
-        first = row;
-        n = 1;
-    } else {
-        for (first = first_free(rows, count, hint); first < count;
-             first = first_free(rows, count, first + 1)) {
-            uint32_t v = FL_ROW_FREE;
-            if (fl_atomic_cas_acq_rel_u32(&rows[first], &v, me)) break;
-        }
-        if (first >= count) return FL_OK;
-        n = 1;
-        uint32_t want = (count - first) / (divisor ? divisor : 1);
-        while (n < want && first + n < count) {
-            uint32_t v = FL_ROW_FREE;
-            if (!fl_atomic_cas_acq_rel_u32(&rows[first + n], &v, me)) break;
-            n++;
-        }
-        /* Raise the hint past what was taken, unless it moved meanwhile (rows given back lower
-         * it after freeing them, so a stale raise could hide a FREE row: then it fails). */
-        if (first <= hint + 1 && first + n > hint) {
-            uint32_t expected = hint;
-            fl_atomic_cas_acq_rel_u32(&meta[FL_META_HINT], &expected, first + n);
-        }
-    }
-    /* NOTE [shared rows]: the rows are ours only if the batch is still the one we read. */
-    uint32_t now = fl_atomic_load_acquire_u32(&s->state);
-    uint32_t sh = fl_atomic_load_acquire_u32(&s->share);
-    if (now != state || sh != FL_SHARE_ON) {
-        uint32_t back = now == state ? FL_ROW_CLOSED : FL_ROW_FREE;
-        for (uint32_t k = 0; k < n; k++) {
-            uint32_t v = me;
-            fl_atomic_cas_acq_rel_u32(&rows[first + k], &v, back);
-        }
-        ring_row_bell(mem, slot); /* a failer settling may have counted them as being loaded */
-        return FL_OK;
-    }
-    *first_out = first;
-    *n_out = n;
-    return FL_OK;
-}
-
-int fl_ring_rows_done(void *mem, uint32_t slot, uint32_t state, uint32_t worker_id,
-                      uint32_t first, uint32_t n, int *published_out) {
-    if (mem == NULL || published_out == NULL || worker_id >= FL_MAX_WORKERS) return FL_EINVAL;
-    *published_out = 0;
-    uint32_t count = 0;
-    fl_slot_hdr *s = shared_slot(mem, slot, state, &count);
-    if (s == NULL) return FL_ESTATE;
-    if (first > count || n > count - first) return FL_ERANGE;
-    fl_atomic_u32 *rows = rows_of(mem, slot);
-    for (uint32_t k = 0; k < n; k++) {
-        uint32_t v = worker_id + 1;
-        if (!fl_atomic_cas_acq_rel_u32(&rows[first + k], &v, FL_ROW_DONE)) return FL_ESTATE;
-    }
-    ring_row_bell(mem, slot);
-    if (all_done(rows, count)) *published_out = publish_shared(mem, s, state, worker_id, 1);
-    return FL_OK;
-}
-
-int fl_ring_rows_fail(void *mem, uint32_t slot, uint32_t state, uint32_t worker_id,
-                      uint32_t row, uint32_t end, int *won_out) {
-    if (mem == NULL || won_out == NULL || worker_id >= FL_MAX_WORKERS) return FL_EINVAL;
-    *won_out = 0;
-    uint32_t count = 0;
-    fl_slot_hdr *s = shared_slot(mem, slot, state, &count);
-    if (s == NULL) return FL_ESTATE;
-    if (row >= count || end > count || end < row + 1) return FL_ERANGE;
-    fl_atomic_u32 *meta = meta_of(mem, slot), *rows = meta + FL_META_WORDS;
-    uint32_t me = worker_id + 1, v;
-    if (fl_atomic_load_acquire_u32(&rows[row]) != me) return FL_ESTATE;
-    /* `row` stays ours (being loaded) until this worker knows whether it fails the batch, so
-     * the slot cannot be freed and queued again meanwhile: share and meta have no generation,
-     * and a CAS on them after our last row was let go could land on a later batch. The failer
-     * claims FL_META_FAILER before share, so a worker that dies at any point is known to the
-     * parent (fl_ring_reset_rows). Rows given up go back FREE: the failer closes them, or the
-     * failer's settle, or the cancel; a loser leaves nothing to clean up. */
-    for (uint32_t r = row + 1; r < end; r++) {
-        v = me;
-        fl_atomic_cas_acq_rel_u32(&rows[r], &v, FL_ROW_FREE);
-    }
-    int won = 0;
-    uint32_t zero = 0, on = FL_SHARE_ON;
-    if (fl_atomic_load_acquire_u32(&s->share) == FL_SHARE_ON &&
-        fl_atomic_cas_acq_rel_u32(&meta[FL_META_FAILER], &zero, me)) {
-        if (fl_atomic_cas_acq_rel_u32(&s->share, &on, FL_SHARE_FAILING))
-            won = 1;
-        else /* cancelled meanwhile: nobody fails it */
-            fl_atomic_store_release_u32(&meta[FL_META_FAILER], 0);
-    }
-    if (won) close_free_rows(rows, count);
-    v = me;
-    fl_atomic_cas_acq_rel_u32(&rows[row], &v, won ? FL_ROW_ERRORED : FL_ROW_FREE);
-    *won_out = won;
-    ring_row_bell(mem, slot);
-    return FL_OK;
-}
-
-int fl_ring_rows_settle(void *mem, uint32_t slot, int64_t timeout_ns, uint32_t *busy_out) {
-    fl_slot_hdr *s = fl_ring_slot(mem, slot);
-    if (s == NULL || busy_out == NULL || hdr_of(mem)->max_rows == 0) return FL_EINVAL;
-    fl_header *h = hdr_of(mem);
-    uint32_t count = fl_atomic_load_relaxed_u32(&s->count);
-    if (count > h->max_rows) return FL_EINVAL;
-    fl_atomic_u32 *meta = meta_of(mem, slot), *rows = meta + FL_META_WORDS;
-    int64_t deadline = deadline_after(timeout_ns);
-    for (;;) {
-        if (fl_atomic_load_acquire_u32(&h->stop)) return FL_ESTOPPED;
-        uint32_t seen = fl_atomic_load_acquire_u32(&meta[FL_META_BELL]);
-        close_free_rows(rows, count); /* rows a dead worker's were given back as */
-        *busy_out = count_taken(rows, count);
-        if (*busy_out == 0) return FL_OK;
-        int64_t left = deadline - fl_now_ns();
-        if (left <= 0) return FL_ETIMEOUT;
-        fl_sleep_unless_changed(&meta[FL_META_BELL], seen, &h->row_waiters, &h->stop, left,
-                                &h->n_futex_waits);
-    }
-}
-
-int fl_ring_fail_shared(void *mem, uint32_t slot, uint32_t state, uint32_t worker_id) {
-    fl_slot_hdr *s = fl_ring_slot(mem, slot);
-    if (s == NULL || worker_id >= FL_MAX_WORKERS) return FL_EINVAL;
-    if (fl_atomic_load_acquire_u32(&s->share) != FL_SHARE_FAILING ||
-        fl_atomic_load_acquire_u32(&meta_of(mem, slot)[FL_META_FAILER]) != worker_id + 1)
-        return FL_ESTATE;
-    return publish_shared(mem, s, state, worker_id, 0) ? FL_OK : FL_ESTATE;
-}
-
-int fl_ring_row_state(const void *mem, uint32_t slot, uint32_t row, uint32_t *word_out) {
-    fl_slot_hdr *s = fl_ring_slot((void *)mem, slot);
-    if (s == NULL || word_out == NULL) return FL_EINVAL;
-    if (row >= hdr_of((void *)mem)->max_rows) return FL_ERANGE;
-    *word_out = fl_atomic_load_acquire_u32(&rows_of((void *)mem, slot)[row]);
-    return FL_OK;
-}
-
-int fl_ring_rows_of(const void *mem, uint32_t worker_id, uint32_t *slots_out, uint32_t *rows_out,
-                    uint32_t cap, uint32_t *n_out) {
-    if (mem == NULL || n_out == NULL || worker_id >= FL_MAX_WORKERS) return FL_EINVAL;
-    if (cap > 0 && (slots_out == NULL || rows_out == NULL)) return FL_EINVAL;
-    void *m = (void *)mem;
-    fl_header *h = hdr_of(m);
-    uint32_t n = 0;
-    for (uint32_t i = 0; h->max_rows > 0 && i < h->nslots; i++) {
-        fl_slot_hdr *s = &slots_of(m)[i];
-        if (FL_STATE_BITS(fl_atomic_load_acquire_u32(&s->state)) != FL_SLOT_QUEUED) continue;
-        if (fl_atomic_load_acquire_u32(&s->share) == FL_SHARE_OFF) continue;
-        uint32_t count = fl_atomic_load_relaxed_u32(&s->count);
-        if (count > h->max_rows) continue;
-        fl_atomic_u32 *rows = rows_of(m, i);
-        for (uint32_t r = 0; r < count; r++) {
-            if (fl_atomic_load_acquire_u32(&rows[r]) != worker_id + 1) continue;
-            if (n < cap) {
-                slots_out[n] = i;
-                rows_out[n] = r;
-            }
-            n++;
-        }
-    }
-    *n_out = n;
-    return FL_OK;
-}
-
-static int reset_rows_in(void *mem, uint32_t worker_id, uint32_t from, uint32_t to, int reopen,
-                         uint32_t *n_out) {
-    if (mem == NULL || n_out == NULL || worker_id >= FL_MAX_WORKERS) return FL_EINVAL;
-    fl_header *h = hdr_of(mem);
-    uint32_t me = worker_id + 1, n = 0;
-    int woke = 0; /* rows (or a whole batch) opened again: sleeping workers should look */
-    if (to > h->nslots) to = h->nslots;
-    for (uint32_t i = from; h->max_rows > 0 && i < to; i++) {
-        fl_slot_hdr *s = &slots_of(mem)[i];
-        uint32_t state = fl_atomic_load_acquire_u32(&s->state);
-        if (FL_STATE_BITS(state) != FL_SLOT_QUEUED) continue;
-        uint32_t sh = fl_atomic_load_acquire_u32(&s->share);
-        if (sh == FL_SHARE_OFF) continue;
-        uint32_t count = fl_atomic_load_relaxed_u32(&s->count);
-        if (count > h->max_rows) continue;
-        fl_atomic_u32 *meta = meta_of(mem, i), *rows = meta + FL_META_WORDS;
-        int changed = 0, lowest = -1;
-        uint32_t failer = me;
-        if (sh != FL_SHARE_FAILING) /* it died claiming to fail it, before share said so */
-            fl_atomic_cas_acq_rel_u32(&meta[FL_META_FAILER], &failer, 0);
-        if (sh == FL_SHARE_FAILING && fl_atomic_load_acquire_u32(&meta[FL_META_FAILER]) == me) {
-            /* It died failing the batch: its error never reached us. Opened again, the rows are
-             * loaded again and the first to raise fails it (or, not reopened, it is cancelled). */
-            fl_atomic_store_release_u32(&meta[FL_META_FAILER], 0);
-            uint32_t failing = FL_SHARE_FAILING;
-            fl_atomic_cas_acq_rel_u32(&s->share, &failing,
-                                      reopen ? FL_SHARE_ON : FL_SHARE_CANCELLED);
-            sh = reopen ? FL_SHARE_ON : FL_SHARE_CANCELLED;
-            for (uint32_t r = 0; reopen && r < count; r++) {
-                uint32_t v = fl_atomic_load_acquire_u32(&rows[r]);
-                if (v != FL_ROW_CLOSED && v != FL_ROW_ERRORED) continue;
-                if (fl_atomic_cas_acq_rel_u32(&rows[r], &v, FL_ROW_FREE) && lowest < 0)
-                    lowest = (int)r;
-            }
-            changed = 1;
-        }
-        uint32_t back = reopen && sh == FL_SHARE_ON ? FL_ROW_FREE : FL_ROW_CLOSED;
-        for (uint32_t r = 0; r < count; r++) {
-            uint32_t v = fl_atomic_load_relaxed_u32(&rows[r]);
-            if (v != me && v != (FL_ROW_GIVEN | me)) continue;
-            if (fl_atomic_cas_acq_rel_u32(&rows[r], &v, back)) {
-                n++;
-                changed = 1;
-                if (back == FL_ROW_FREE && (lowest < 0 || (int)r < lowest)) lowest = (int)r;
-            }
-        }
-        if (lowest >= 0) { /* after freeing them: a take that read the old hint cannot raise it */
-            uint32_t hint = fl_atomic_load_relaxed_u32(&meta[FL_META_HINT]);
-            while (hint > (uint32_t)lowest &&
-                   !fl_atomic_cas_acq_rel_u32(&meta[FL_META_HINT], &hint, (uint32_t)lowest)) {
-            }
-        }
-        /* It may have died between its last DONE and publishing the batch. */
-        if (all_done(rows, count)) publish_shared(mem, s, state, worker_id, 1);
-        if (changed) ring_row_bell(mem, i);
-        woke |= lowest >= 0;
-    }
-    *n_out = n;
-    if (woke) {
-        fl_atomic_fetch_add_acq_rel_u32(&h->queued_counter, 1);
-        fl_wake_if_waiting(&h->queued_counter, &h->task_waiters, -1, NULL);
     }
     return FL_OK;
-}
-
-int fl_ring_reset_rows(void *mem, uint32_t worker_id, int reopen, uint32_t *n_out) {
-    return reset_rows_in(mem, worker_id, 0, UINT32_MAX, reopen, n_out);
-}
-
-int fl_ring_reset_slot_rows(void *mem, uint32_t slot, uint32_t worker_id, int reopen,
-                            uint32_t *n_out) {
-    if (fl_ring_slot(mem, slot) == NULL) return FL_EINVAL;
-    return reset_rows_in(mem, worker_id, slot, slot + 1, reopen, n_out);
 }

@@ -52,7 +52,7 @@ class LoaderConfig:
     share_dataset: bool = True
     on_error: str = "raise"  # NOTE [skipped samples] (_fill.py)
     max_skips: int | None = None  # per epoch, with on_error="skip"
-    share_rows: bool = True  # NOTE [shared rows] (csrc/fl_ring.c), where a batch allows it
+    share_rows: bool = True  # NOTE [pieces] (csrc/fl_ring.c), where a batch allows it
 
     @property
     def depth(self) -> int:

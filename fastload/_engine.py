@@ -271,7 +271,7 @@ class Engine:
                 time.sleep(0.001)
                 continue
             assert plan.iterable or task.batch == p.position
-            state, owner, _, rows, count, flags, var_bytes, pid, word = self._wait_slot(
+            state, owner, _, rows, count, flags, var_bytes, pid, _ = self._wait_slot(
                 task.slot, p)
             slots.take(task)
             assert self.mail is not None and self.layout is not None
@@ -280,12 +280,12 @@ class Engine:
                 slots.release(task.slot)
                 p.position += 1  # its samples raised: the next next() goes on
                 what = f"batch {task.batch} of epoch {epoch}"
-                self.mail.raise_failure(task.slot, task.seq, word, what, pid)
+                self.mail.raise_failure(task.slot, task.seq, owner, what, pid)
             if plan.iterable and not plan.done(epoch, task.batch, rows, flags):
                 slots.release(task.slot)  # NOTE [iterable datasets]: no batch, skipped
                 continue
             if flags & _ring.F_SPILLED and self.layout.n_objects:
-                spilled = self.mail.spilled_image(task.slot, task.seq, word, pid,
+                spilled = self.mail.spilled_image(task.slot, task.seq, owner, pid,
                                                   self.cfg.on_worker_death)
                 if spilled is None:  # restart mode: its worker died before it sent it: again
                     slots.redo(task, count)
@@ -293,7 +293,7 @@ class Engine:
                 self.counters["spilled_batches"] += 1
             if flags & _ring.F_SKIPPED:
                 try:
-                    self.faults.note_skips(p, self.mail.skipped(task.slot, task.seq, word, pid))
+                    self.faults.note_skips(p, self.mail.skipped(task.slot, task.seq, owner, pid))
                 except BaseException:
                     slots.release(task.slot)
                     raise

@@ -2,7 +2,7 @@
 
 NOTE [pool callbacks]
 workers_died / workers_restarted run in whichever thread checks the pool (another loader's,
-maybe): they only record (``pending``, a pass's ``lost``), reclaim slots (one CAS in C each)
+maybe): they only record (``pending``, a pass's ``lost``), give back pieces (a CAS in C each)
 and send attach messages; the loader raises what they found, in its own thread (``raise_for``).
 A slot the loader waits on may so become FREE (its batch abandoned after its worker died): the
 wait then raises the verdict (the callback records it before the pool's lock is released). A
@@ -23,7 +23,6 @@ from collections import deque
 from typing import Any
 
 from . import _messages as m
-from . import _ring
 from ._deaths import DeathPolicy
 from ._mailbox import Mailbox
 from ._passes import Pass, Passes
@@ -83,18 +82,18 @@ class Faults:
         ended: set[int] = set()  # live passes whose batch is abandoned: each raises the error
         if self.sched.slots is not None:
             ring = self.sched.slots.ring
+            doomed = set()  # (worker, slot) whose pieces are not loaded again
             for i, s, epoch in held:
-                requeue = not (verdict.fatal and self.passes.is_live(epoch))
-                if not requeue:
+                if verdict.fatal and self.passes.is_live(epoch):
                     ended.add(epoch)
-                if _ring.state_bits(ring.state(s))[0] == _ring.CLAIMED:
-                    ring.reclaim_slot(s, i, requeue)
-                else:  # NOTE [shared rows]: its rows are loaded by others, or closed
-                    ring.reset_slot_rows(s, i, requeue)
-            if self.sched.slots.shared:  # rows given to it up front, never begun: for others
-                for d in deaths:
-                    ring.reset_rows(d.worker, True)
-                self.bell.ring(True)
+                    doomed.add((i, s))
+            # NOTE [pieces] (csrc/fl_ring.c): one path for every batch. Its pieces go back FREE
+            # for other workers (a batch taken whole is loaded again from scratch), or CLOSED if
+            # the batch is abandoned; pieces given to it up front, never begun, go back FREE.
+            for d in deaths:
+                for s in range(self.sched.slots.nslots):
+                    ring.give_back(s, d.worker, (d.worker, s) not in doomed)
+            self.bell.ring(True)
         if verdict.error is not None and ended:
             for epoch in ended:
                 if (p := self.passes.live.get(epoch)) is not None:

@@ -231,18 +231,13 @@ class BatchFiller:
             ctx[2] = -1
         return image, None
 
-    def kept_rows(self, indices: Any, seed: int, epoch: int) -> list[int]:
-        """The rows of a batch whose samples this worker loaded first (NOTE [first samples]),
-        for it to take first (NOTE [shared rows] in csrc/fl_ring.c)."""
-        if not self.warm:
-            return []
-        mine = {k[2] for k in self.warm if k[:2] == (seed, epoch)}
-        return [r for r, i in enumerate(indices.tolist()) if i in mine][::-1]
-
     def fill_rows(self, packer: Any, slot: int, indices: Any, first: int, n: int, seed: int,
-                  epoch: int) -> tuple[int, bytes | None]:
+                  epoch: int, ring: Any = None, piece: int = 0,
+                  pid: int = 0) -> tuple[int, bytes | None]:
         """Load rows [first, first + n) of a shared batch (fixed-shape leaves only) into
-        ``slot``: (-1, None), or (the row that raised, its packed exception)."""
+        ``slot``: (-1, None), or (the row that raised, its packed exception). With a ``ring``,
+        the rows of piece ``piece`` loaded so far are recorded before each sample (stall and
+        death reports read them)."""
         ctx = _sample_ctx
         ctx[0], ctx[1] = seed, epoch
         ds = _Kept(self, seed, epoch) if self.warm else self.dataset
@@ -250,6 +245,8 @@ class BatchFiller:
         row, index = first, None
         try:
             for row, index in enumerate(indices[first:first + n].tolist(), first):
+                if ring is not None:
+                    ring.progress(slot, piece, row - first, pid)
                 ctx[2] = index
                 pack(slot, row, ds[index], objects)
         except BaseException as e:  # in a worker, as fill(): an error of the sample

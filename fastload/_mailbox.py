@@ -7,7 +7,6 @@ import threading
 from typing import Any, NoReturn
 
 from . import _messages as m
-from . import _ring
 from ._pool import WorkerPool
 from ._remote import message_of, raise_rebuilt
 from ._wait import POLL_INTERVAL_S, Deadline
@@ -30,8 +29,10 @@ class Mailbox:
         self.pool = pool
         self.cid = cid
         self.timeout = timeout  # the loader's: also bounds the wait for a batch's message
-        self.msgs: dict[tuple[int, int], Any] = {}  # (slot, seq) -> BatchFailed/Spill
-        self.skips: dict[tuple[int, int], m.Skipped] = {}  # a batch's can follow its Spill
+        #: (slot, seq, worker) -> BatchFailed/Spill: several workers may fail rows of one
+        #: shared batch (NOTE [pieces] in csrc/fl_ring.c); the batch's owner says whose counts
+        self.msgs: dict[tuple[int, int, int], Any] = {}
+        self.skips: dict[tuple[int, int, int], m.Skipped] = {}  # can follow its Spill
         self.lock = threading.Lock()
         self.layout: Any = None  # what the probe found
         self.probe: m.Probe | None = None  # sent, not yet answered
@@ -88,10 +89,10 @@ class Mailbox:
     def _note(self, i: int, msg: Any) -> None:
         if isinstance(msg, (m.BatchFailed, m.Spill)):
             self._forget_before(msg.slot, msg.seq)
-            self.msgs[(msg.slot, msg.seq)] = msg
+            self.msgs[(msg.slot, msg.seq, i)] = msg
         elif isinstance(msg, m.Skipped):
             self._forget_before(msg.slot, msg.seq)
-            self.skips[(msg.slot, msg.seq)] = msg
+            self.skips[(msg.slot, msg.seq, i)] = msg
         elif isinstance(msg, m.ProbeStarted):
             self.probe_started = True
         elif isinstance(msg, m.ProbeEnded):
@@ -117,10 +118,9 @@ class Mailbox:
                     "before the Pool is created)"
                 ) from exc
 
-    def raise_failure(self, slot: int, seq: int, word: int, what: str, pid: int) -> NoReturn:
-        """Raise the error of the FAILED slot's batch (its state ``word`` names the worker,
-        ``pid`` its process)."""
-        owner = _ring.state_bits(word)[1]
+    def raise_failure(self, slot: int, seq: int, owner: int, what: str, pid: int) -> NoReturn:
+        """Raise the error of the FAILED slot's batch (worker ``owner``, process ``pid``, loaded
+        its lowest failing row: NOTE [pieces] in csrc/fl_ring.c)."""
         msg = self.take(owner, slot, seq, pid)
         if msg is None:
             raise WorkerDied(
@@ -128,11 +128,10 @@ class Mailbox:
             )
         raise_rebuilt(msg.error)
 
-    def spilled_image(self, slot: int, seq: int, word: int, pid: int, on_death: str) -> Any:
+    def spilled_image(self, slot: int, seq: int, owner: int, pid: int, on_death: str) -> Any:
         """The variable image (object leaves, ragged leaves) of a READY slot's batch that
         travelled over the pipe because it did not fit the slot; if its worker died before it
         sent it: None with ``on_death="restart"`` (the batch is loaded again), else WorkerDied."""
-        owner = _ring.state_bits(word)[1]
         msg = self.take(owner, slot, seq, pid)
         if msg is None and on_death == "restart":
             return None
@@ -140,11 +139,10 @@ class Mailbox:
             raise WorkerDied(f"worker {owner} died while sending batch objects")
         return msg.image
 
-    def skipped(self, slot: int, seq: int, word: int, pid: int) -> list[tuple[Any, ...]]:
+    def skipped(self, slot: int, seq: int, owner: int, pid: int) -> list[tuple[Any, ...]]:
         """What on_error="skip" replaced in a READY slot's batch (its F_SKIPPED flag is set;
         NOTE [skipped samples] in _fill.py); one record of unknown index if its worker died
         before it said."""
-        owner = _ring.state_bits(word)[1]
         msg = self.take(owner, slot, seq, pid, self.skips)
         if msg is None:
             return [(None, "unknown", f"worker {owner} died before it said which samples of "
@@ -152,11 +150,11 @@ class Mailbox:
         return list(msg.records)
 
     def take(self, worker: int, slot: int, seq: int, pid: int = 0,
-             box: dict[tuple[int, int], Any] | None = None) -> Any:
+             box: dict[tuple[int, int, int], Any] | None = None) -> Any:
         """The message ``worker`` (process ``pid``, if known) sent about task ``seq`` in
         ``slot``, watching its liveness: None if it died before sending it (also when it was
         restarted already: the new process never sends it)."""
-        key = (slot, seq)
+        key = (slot, seq, worker)
         msgs = self.msgs if box is None else box
         pool = self.pool
         incarnation = pool.incarnation[worker]

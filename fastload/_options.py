@@ -369,8 +369,9 @@ OPTIONS: tuple[Option, ...] = (
         "batches (no ``__getitems__``, ragged or object leaves, or ``on_error=\"skip\"``), with "
         "two workers or more; the batches are the same either way, only which worker loads "
         "which sample changes (``get_worker_info().id`` may differ between the samples of a "
-        "shared batch); ``stats()[\"shared_rows\"]`` says whether it applies. NOTE [shared "
-        "rows] in csrc/fl_ring.c.",
+        "shared batch), and a shared batch raises the error of its lowest failing sample, as "
+        "one worker would; ``stats()[\"shared_rows\"]`` says whether it applies. NOTE "
+        "[pieces] in csrc/fl_ring.c.",
         boolean,
     ),
 )

@@ -13,7 +13,7 @@ import numpy as np
 
 FREE = FL_SLOT_FREE
 QUEUED = FL_SLOT_QUEUED
-CLAIMED = FL_SLOT_CLAIMED
+CLOSING = FL_SLOT_CLOSING
 READY = FL_SLOT_READY
 FAILED = FL_SLOT_FAILED
 READING = FL_SLOT_READING
@@ -23,10 +23,14 @@ F_SKIPPED = FL_SLOT_F_SKIPPED
 LAYOUT_VERSION = FL_LAYOUT_VERSION
 MAX_SLOTS = FL_MAX_SLOTS
 MAX_WORKERS = FL_MAX_WORKERS
-MAX_SHARED_ROWS = FL_MAX_SHARED_ROWS
-ROW_DONE = 0xFFFFFFFF  # FL_ROW_* (fl_layout.h): a shared batch's row words
-ROW_ERRORED = 0xFFFFFFFE
-ROW_CLOSED = 0xFFFFFFFD
+MAX_PIECES = FL_MAX_PIECES
+#: Pieces of a slot's batch (NOTE [pieces] in csrc/fl_ring.c), as RingIndex.pieces reports them.
+PIECE_GIVEN = FL_PIECE_GIVEN
+PIECE_TAKEN = FL_PIECE_TAKEN
+PIECE_DONE = FL_PIECE_DONE
+PIECE_FREE = FL_PIECE_FREE
+PIECE_CLOSED = FL_PIECE_CLOSED
+PIECE_ERRORED = FL_PIECE_ERRORED
 #: Whether this build waits with futex(2) (else the portable backoff, FASTLOAD_PORTABLE=1).
 HAVE_FUTEX = bool(FL_HAVE_FUTEX)
 
@@ -87,21 +91,13 @@ cdef inline int _check(int rc, str context) except -1:
     return 0
 
 
-def control_nbytes_rows(uint32_t nslots, uint32_t max_rows):
-    """Bytes of the control block of ``nslots`` slots with row tables of ``max_rows`` rows
-    (shared batches, NOTE [shared rows] in csrc/fl_ring.c)."""
-    cdef size_t n = fl_ring_nbytes_rows(nslots, max_rows)
+def control_nbytes(uint32_t nslots, uint32_t max_pieces=1):
+    """Bytes the ring's control block needs for ``nslots`` slots whose batches may be cut into
+    up to ``max_pieces`` pieces (NOTE [pieces] in csrc/fl_ring.c)."""
+    cdef size_t n = fl_ring_nbytes(nslots, max_pieces)
     if n == 0:
-        raise ValueError(f"invalid ring size: {nslots} slots of {max_rows} shared rows "
-                         f"(at most {FL_MAX_SHARED_ROWS} rows)")
-    return n
-
-
-def control_nbytes(uint32_t nslots):
-    """Bytes the ring's control block needs for ``nslots`` slots."""
-    cdef size_t n = fl_ring_nbytes(nslots)
-    if n == 0:
-        raise ValueError(f"nslots must be in [1, {FL_MAX_SLOTS}], got {nslots}")
+        raise ValueError(f"invalid ring size: nslots must be in [1, {FL_MAX_SLOTS}] and "
+                         f"max_pieces in [1, {FL_MAX_PIECES}], got {nslots} and {max_pieces}")
     return n
 
 
@@ -171,8 +167,38 @@ cdef class _Mapped:
         return self._mem
 
 
+cdef class Take:
+    """A piece a worker took (RingIndex.take): rows [first, first + n) of the batch in
+    ``slot``, whose state word was ``state``; hand it back to done() or fail()."""
+    cdef fl_take t
+    @property
+    def slot(self): return self.t.slot
+    @property
+    def state(self): return self.t.state
+    @property
+    def piece(self): return self.t.piece
+    @property
+    def first(self): return self.t.first
+    @property
+    def n(self): return self.t.n
+    @property
+    def count(self): return self.t.count
+    @property
+    def shared(self): return bool(self.t.shared)
+    @property
+    def seq(self): return self.t.seq
+    @property
+    def epoch(self): return self.t.epoch
+
+    def __repr__(self):
+        return (f"Take(slot={self.t.slot}, piece={self.t.piece}, rows=[{self.t.first}, "
+                f"{self.t.first + self.t.n}))")
+
+
 cdef class RingIndex(_Mapped):
-    """A ring over a writable buffer (the whole shared region).
+    """A ring over a writable buffer (the whole shared region): NOTE [pieces] in
+    csrc/fl_ring.c. Safe to call from several threads (the GIL orders the Python objects; the
+    C calls are lock-free), with one parent thread queueing.
 
     ``RingIndex(buffer)`` attaches to a formatted region; ``RingIndex.create(...)`` formats it.
     The buffer stays exported (so it cannot be unmapped) until :meth:`close`.
@@ -180,209 +206,54 @@ cdef class RingIndex(_Mapped):
     cdef readonly uint32_t nslots
     cdef readonly uint64_t slot_bytes
     cdef readonly uint64_t data_offset
-    cdef readonly uint32_t max_rows
+    cdef readonly uint32_t max_pieces
 
     def __cinit__(self, buffer, *, bint _format=False, uint32_t nslots=0, uint64_t slot_bytes=0,
-                  uint64_t data_offset=0, int64_t creator_pid=0, uint32_t max_rows=0):
+                  uint64_t data_offset=0, int64_t creator_pid=0, uint32_t max_pieces=1):
         self._what = "ring"
         if _format:
-            _check(fl_ring_init_rows(self._mem, self._nbytes, nslots, slot_bytes, data_offset,
-                                     creator_pid, max_rows), "formatting the shared region")
+            _check(fl_ring_init(self._mem, self._nbytes, nslots, slot_bytes, data_offset,
+                                creator_pid, max_pieces), "formatting the shared region")
         _check(fl_ring_attach(self._mem, self._nbytes), "attaching to the shared region")
         cdef fl_header *h = <fl_header *>self._mem
         self.nslots = h.nslots
         self.slot_bytes = h.slot_bytes
         self.data_offset = h.data_offset
-        self.max_rows = h.max_rows
+        self.max_pieces = h.max_pieces
 
     @classmethod
     def create(cls, buffer, uint32_t nslots, uint64_t slot_bytes, uint64_t data_offset,
-               int64_t creator_pid, uint32_t max_rows=0):
+               int64_t creator_pid, uint32_t max_pieces=1):
         """Format ``buffer`` as a ring of ``nslots`` slots of ``slot_bytes`` at ``data_offset``
-        (with row tables for shared batches of up to ``max_rows`` rows)."""
+        whose batches may be cut into up to ``max_pieces`` pieces."""
         return cls(buffer, _format=True, nslots=nslots, slot_bytes=slot_bytes,
-                   data_offset=data_offset, creator_pid=creator_pid, max_rows=max_rows)
-
+                   data_offset=data_offset, creator_pid=creator_pid, max_pieces=max_pieces)
 
     cdef inline int _slot_ok(self, long long slot) except -1:
         if slot < 0 or slot >= self.nslots:
             raise IndexError(f"slot {slot} out of range [0, {self.nslots})")
         return 0
 
+    # -- parent ---------------------------------------------------------------------------
     def queue(self, long long slot, uint64_t seq, uint64_t epoch, uint32_t count,
-              target=None):
-        """[parent] FREE -> QUEUED: hand ``slot`` to the workers as batch ``seq``; with a
-        ``target`` worker id, to that worker only."""
+              target=None, bint share=False, owners=()):
+        """[parent] FREE ``slot`` -> QUEUED: batch ``seq`` of ``count`` rows, for any worker or
+        worker ``target`` only; ``share``: workers may cut it into pieces; ``owners[r]``: row r
+        is given to that worker up front (None: to none; a shared batch only)."""
         cdef void *m = self._m()
         self._slot_ok(slot)
-        cdef uint32_t t = 0xFFFFFFFFu
-        if target is not None:
-            if not 0 <= target < FL_MAX_WORKERS:
-                raise ValueError(f"target worker must be in [0, {FL_MAX_WORKERS}), got {target}")
-            t = target
-        _check(fl_ring_queue_to(m, slot, seq, epoch, count, t), f"queueing slot {slot}")
-
-    # -- shared batches (NOTE [shared rows] in csrc/fl_ring.c) --------------------------------
-    def queue_shared(self, long long slot, uint64_t seq, uint64_t epoch, uint32_t count,
-                     owners=()):
-        """[parent] FREE -> QUEUED as a batch whose rows any worker takes; row ``r`` of
-        ``owners`` given to worker ``owners[r]`` up front (None: to none)."""
-        cdef void *m = self._m()
-        self._slot_ok(slot)
+        cdef uint32_t t = 0xFFFFFFFFu if target is None else <uint32_t>target
         cdef uint32_t n = len(owners)
-        if n > count:
-            raise ValueError(f"{n} row owners for a batch of {count} rows")
-        cdef uint32_t[::1] own = np.array(
-            [0xFFFFFFFF if w is None else w for w in owners] or [0], np.uint32)
-        _check(fl_ring_queue_shared_to(m, slot, seq, epoch, count, &own[0], n),
-               f"queueing shared slot {slot}")
-
-    def find_rows(self, worker_id=None):
-        """[worker] ``(slot, state)`` of the oldest shared batch with a row to take (or a row
-        given to ``worker_id``), or ``(-1, 0)``."""
-        cdef void *m = self._m()
-        cdef uint32_t slot = 0, state = 0
-        cdef uint32_t w = 0xFFFFFFFFu if worker_id is None else <uint32_t>worker_id
-        if fl_ring_find_rows_for(m, w, &slot, &state) != FL_OK:
-            return -1, 0
-        return slot, state
-
-    def take_rows(self, long long slot, uint32_t state, uint32_t worker_id, long long row,
-                  uint32_t divisor):
-        """[worker] ``(first, n)``: rows taken, ``row`` exactly (``row >= 0``), a guided
-        piece (``-1``) or a row given to this worker up front (``-2``); ``n == 0``: none.
-        ``None`` if the batch is no longer that one."""
-        cdef void *m = self._m()
-        self._slot_ok(slot)
-        cdef uint32_t first = 0, n = 0
-        cdef uint32_t r = 0xFFFFFFFEu if row == -2 else (0xFFFFFFFFu if row < 0 else <uint32_t>row)
-        cdef int rc = fl_ring_take_rows(m, slot, state, worker_id, r, divisor, &first, &n)
-        if rc == FL_ESTATE:
-            return None
-        _check(rc, f"taking rows of slot {slot}")
-        return first, n
-
-    def rows_done(self, long long slot, uint32_t state, uint32_t worker_id, uint32_t first,
-                  uint32_t n):
-        """[worker] Rows loaded; True if that finished (and published) the batch."""
-        cdef void *m = self._m()
-        self._slot_ok(slot)
-        cdef int published = 0
-        _check(fl_ring_rows_done(m, slot, state, worker_id, first, n, &published),
-               f"finishing rows of slot {slot}")
-        return bool(published)
-
-    def rows_fail(self, long long slot, uint32_t state, uint32_t worker_id, uint32_t row,
-                  uint32_t end):
-        """[worker] Row ``row`` raised (rows up to ``end`` given up); True: fail the batch."""
-        cdef void *m = self._m()
-        self._slot_ok(slot)
-        cdef int won = 0
-        _check(fl_ring_rows_fail(m, slot, state, worker_id, row, end, &won),
-               f"failing a row of slot {slot}")
-        return bool(won)
-
-    def rows_settle(self, long long slot, double timeout):
-        """[worker] Wait (GIL released) until no row of the batch is being loaded: 0 when
-        none is, else how many are (timed out); -2 once stopped."""
-        cdef void *m = self._m()
-        self._slot_ok(slot)
-        cdef uint32_t busy = 0
-        cdef int64_t ns = _to_ns(timeout)
-        cdef int rc
-        self._enter()
-        with nogil:
-            rc = fl_ring_rows_settle(m, slot, ns, &busy)
-        self._leave()
-        if rc == FL_ESTOPPED:
-            return -2
-        if rc != FL_ETIMEOUT:
-            _check(rc, f"settling slot {slot}")
-        return busy
-
-    def fail_shared(self, long long slot, uint32_t state, uint32_t worker_id):
-        """[worker] Publish a shared batch FAILED (the worker that won rows_fail)."""
-        cdef void *m = self._m()
-        self._slot_ok(slot)
-        cdef int rc = fl_ring_fail_shared(m, slot, state, worker_id)
-        if rc == FL_ESTATE:
-            return False
-        _check(rc, f"failing slot {slot}")
-        return True
-
-    def row_state(self, long long slot, uint32_t row):
-        """A shared batch's row word: 0 FREE, k + 1 taken by worker k, or ROW_DONE,
-        ROW_ERRORED, ROW_CLOSED."""
-        cdef void *m = self._m()
-        self._slot_ok(slot)
-        cdef uint32_t w = 0
-        _check(fl_ring_row_state(m, slot, row, &w), f"reading row {row} of slot {slot}")
-        return w
-
-    def rows_of(self, uint32_t worker_id):
-        """[parent] The ``(slot, row)`` pairs dead worker ``worker_id`` had taken."""
-        cdef void *m = self._m()
-        cdef uint32_t n = 0
-        _check(fl_ring_rows_of(m, worker_id, NULL, NULL, 0, &n), "listing a worker's rows")
-        if n == 0:
-            return []
-        cdef uint32_t[::1] slots = np.empty(n, np.uint32)
-        cdef uint32_t[::1] rows = np.empty(n, np.uint32)
-        cdef uint32_t got = 0
-        _check(fl_ring_rows_of(m, worker_id, &slots[0], &rows[0], n, &got),
-               "listing a worker's rows")
-        return [(int(slots[k]), int(rows[k])) for k in range(min(n, got))]
-
-    def reset_rows(self, uint32_t worker_id, bint reopen):
-        """[parent] Give back dead worker ``worker_id``'s rows (FREE if ``reopen``, else
-        CLOSED); returns how many."""
-        cdef void *m = self._m()
-        cdef uint32_t n = 0
-        _check(fl_ring_reset_rows(m, worker_id, reopen, &n), "giving back a worker's rows")
-        return n
-
-    def reset_slot_rows(self, long long slot, uint32_t worker_id, bint reopen):
-        """[parent] reset_rows for shared batch ``slot`` only."""
-        cdef void *m = self._m()
-        self._slot_ok(slot)
-        cdef uint32_t n = 0
-        _check(fl_ring_reset_slot_rows(m, slot, worker_id, reopen, &n),
-               f"giving back worker {worker_id}'s rows of slot {slot}")
-        return n
-
-    def claim(self, uint32_t worker_id, double timeout):
-        """[worker] Claim the oldest queued slot, waiting up to ``timeout`` seconds (GIL released).
-
-        Returns ``(slot, state_word)``, or ``(-1, 0)`` on timeout, ``(-2, 0)`` once stopped.
-        """
-        cdef void *m = self._m()
-        cdef uint32_t slot = 0, state = 0
-        cdef int64_t ns = _to_ns(timeout)
-        cdef int rc
-        self._enter()
-        with nogil:
-            rc = fl_ring_claim(m, worker_id, ns, &slot, &state)
-        self._leave()
-        if rc == FL_OK:
-            return slot, state
-        if rc == FL_ETIMEOUT:
-            return -1, 0
-        if rc == FL_ESTOPPED:
-            return -2, 0
-        _check(rc, f"worker {worker_id} claiming a slot")
-
-    def publish(self, long long slot, uint32_t claimed_state, bint ok):
-        """[worker] CLAIMED -> READY/FAILED. False if the slot was reclaimed meanwhile."""
-        cdef void *m = self._m()
-        self._slot_ok(slot)
-        cdef int rc = fl_ring_publish(m, slot, claimed_state, ok)
-        if rc == FL_ESTATE:
-            return False
-        _check(rc, f"publishing slot {slot}")
-        return True
+        cdef uint32_t[::1] own
+        cdef const uint32_t *p = NULL
+        if n:
+            own = np.array([0xFFFFFFFF if o is None else o for o in owners], np.uint32)
+            p = &own[0]
+        _check(fl_ring_queue(m, slot, seq, epoch, count, t, FL_SHARE_ON if share else FL_SHARE_OFF,
+                             p, n), f"queueing slot {slot}")
 
     def wait(self, long long slot, double timeout):
-        """[parent] Wait (GIL released) up to ``timeout`` s for ``slot`` to be done.
+        """[parent] Wait (GIL released) up to ``timeout`` s for ``slot`` to leave QUEUED.
 
         Returns the state word, -1 on timeout, -2 if the ring was closed (by another thread)."""
         if self._mem == NULL:
@@ -407,10 +278,10 @@ cdef class RingIndex(_Mapped):
 
         Returns None on timeout, False if the ring was closed (by another thread), else the
         tuple ``(state, owner, seq, rows, count, flags, var_bytes, pid, word)``: ``state`` is
-        READY or FAILED, or FREE when a reclaim abandoned the batch; ``owner`` the worker that
-        published it (named in errors); ``rows`` the rows it holds (a plain iterable's last
-        batch may hold fewer than ``count``); ``word`` the raw state word (for messages filed
-        by it)."""
+        READY or FAILED (FREE or CLOSING if the parent retired the slot: check it); ``owner`` the worker whose message goes with it (its loader, or the
+        worker of its first row that raised); ``rows`` the rows it holds (a plain iterable's
+        last batch may hold fewer than ``count``); ``pid`` that worker's process; ``word`` the
+        raw state word."""
         if self._mem == NULL:
             return False
         cdef void *m = self._mem
@@ -436,49 +307,106 @@ cdef class RingIndex(_Mapped):
         self._slot_ok(slot)
         _check(fl_ring_begin_read(m, slot), f"reading slot {slot}")
 
-    def release(self, long long slot):
-        """[parent] READING/READY/FAILED -> FREE. False if the slot was not in those states."""
+    def retire(self, long long slot):
+        """[parent] Done with ``slot`` in whatever state (NOTE [pieces]): True if it is FREE
+        now, False while workers still load pieces of it (the last of them frees it)."""
         cdef void *m = self._m()
         self._slot_ok(slot)
-        cdef int rc = fl_ring_release(m, slot)
-        if rc == FL_ESTATE:
-            return False
-        _check(rc, f"releasing slot {slot}")
-        return True
+        cdef int freed = 0
+        _check(fl_ring_retire(m, slot, &freed), f"retiring slot {slot}")
+        return bool(freed)
 
-    def cancel(self, long long slot):
-        """[parent] QUEUED -> FREE if unclaimed. True if it was cancelled."""
+    def give_back(self, long long slot, uint32_t worker_id, bint reopen):
+        """[parent] Dead worker ``worker_id``'s pieces of ``slot``: FREE for others to load
+        (``reopen``) or CLOSED (the batch is abandoned). Returns how many."""
         cdef void *m = self._m()
         self._slot_ok(slot)
-        cdef int cancelled = 0
-        _check(fl_ring_cancel(m, slot, &cancelled), f"cancelling slot {slot}")
-        return bool(cancelled)
-
-    def reclaim(self, uint32_t worker_id):
-        """[parent] Re-queue the slots claimed by dead worker ``worker_id``; returns the count."""
-        cdef void *m = self._m()
         cdef uint32_t n = 0
-        _check(fl_ring_reclaim(m, worker_id, &n), f"reclaiming worker {worker_id}'s slots")
+        _check(fl_ring_give_back(m, slot, worker_id, reopen, &n),
+               f"giving back worker {worker_id}'s pieces of slot {slot}")
         return n
 
-    def reclaim_slot(self, long long slot, uint32_t worker_id, bint requeue):
-        """[parent] Move ``slot``, if CLAIMED by dead worker ``worker_id``, to QUEUED (requeue)
-        or FREE (abandon). True if it was moved."""
-        cdef void *m = self._m()
-        self._slot_ok(slot)
-        cdef int done = 0
-        _check(fl_ring_reclaim_slot(m, slot, worker_id, requeue, &done),
-               f"reclaiming slot {slot} of worker {worker_id}")
-        return bool(done)
-
     def stop(self):
-        """[parent] Set the stop flag and wake every sleeping worker."""
+        """[parent] Set the stop flag: workers take nothing more."""
         _check(fl_ring_stop(self._m()), "stopping the ring")
 
     @property
     def stopped(self):
         return self._mem == NULL or fl_ring_stopped(self._mem) != 0
 
+    # -- workers --------------------------------------------------------------------------
+    def take(self, uint32_t worker_id, uint32_t divisor=1, uint32_t min_units=1, uint32_t pid=0):
+        """[worker] The next piece for ``worker_id`` (csrc/fl_ring.h: fl_ring_take; never
+        waits): a :class:`Take`, None if there is nothing to take, False once stopped."""
+        cdef void *m = self._m()
+        cdef Take t = Take.__new__(Take)
+        cdef int rc
+        self._enter()  # a close() from another thread meanwhile waits for us to leave
+        with nogil:
+            rc = fl_ring_take(m, worker_id, divisor, min_units, pid, &t.t)
+        self._leave()
+        if rc == FL_OK:
+            return t
+        if rc == FL_ETIMEOUT:
+            return None
+        if rc == FL_ESTOPPED:
+            return False
+        _check(rc, f"worker {worker_id} taking a piece")
+
+    def done(self, Take t, uint32_t worker_id):
+        """[worker] The piece is loaded. True if that published the batch READY; None if the
+        piece was no longer this worker's (given back: the parent took it for dead)."""
+        cdef void *m = self._m()
+        cdef int published = 0
+        cdef int rc = fl_ring_done(m, &t.t, worker_id, &published)
+        if rc == FL_ESTATE:
+            return None
+        _check(rc, f"finishing a piece of slot {t.t.slot}")
+        return bool(published)
+
+    def fail(self, Take t, uint32_t worker_id, uint32_t row):
+        """[worker] Row ``row`` of the piece raised (send the error first). True if that
+        published the batch FAILED; None if the piece was no longer this worker's."""
+        cdef void *m = self._m()
+        cdef int published = 0
+        if row < t.t.first or row - t.t.first >= t.t.n:
+            raise ValueError(f"row {row} is not in the piece (rows [{t.t.first}, "
+                             f"{t.t.first + t.t.n}))")
+        cdef int rc = fl_ring_fail(m, &t.t, worker_id, row, &published)
+        if rc == FL_ESTATE:
+            return None
+        _check(rc, f"failing row {row} of slot {t.t.slot}")
+        return bool(published)
+
+    def progress(self, long long slot, uint32_t piece, uint32_t rows, uint32_t pid):
+        """[worker] Rows of the piece loaded so far, and the loader's pid (for messages about
+        hangs and crashes)."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        _check(fl_ring_progress(m, slot, piece, rows, pid), f"progress of slot {slot}")
+
+    def set_progress(self, long long slot, uint32_t rows, uint32_t pid):
+        """[worker] progress() of a batch taken whole (its one piece)."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        fl_ring_progress(m, slot, 0, rows, pid)
+
+    def set_rows(self, long long slot, uint32_t rows):
+        """[worker] The batch has ``rows`` rows (at most its count: the worker's stream ended)."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        if rows > fl_ring_slot(m, slot).count:
+            raise ValueError(f"slot {slot}'s batch has {fl_ring_slot(m, slot).count} rows, "
+                             f"not {rows}")
+        _check(fl_ring_set_rows(m, slot, rows), f"setting the rows of slot {slot}")
+
+    def set_result(self, long long slot, uint32_t flags, uint64_t var_bytes):
+        """[worker] Record the result flags and variable-area size before done()."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        fl_ring_set_result(m, slot, flags, var_bytes)
+
+    # -- reading --------------------------------------------------------------------------
     def state(self, long long slot):
         """The slot's state word (use :func:`state_bits` to split it)."""
         cdef void *m = self._m()
@@ -496,9 +424,28 @@ cdef class RingIndex(_Mapped):
         return {
             "state": FL_STATE_BITS(i.state), "owner": FL_OWNER_BITS(i.state),
             "gen": FL_GEN_BITS(i.state), "seq": i.seq, "epoch": i.epoch, "count": i.count,
-            "progress": i.progress, "pid": i.pid, "flags": i.flags, "var_bytes": i.var_bytes,
-            "rows": i.rows, "target": None if i.target == 0xFFFFFFFFu else i.target,
+            "pid": i.pid, "flags": i.flags, "var_bytes": i.var_bytes, "rows": i.rows,
+            "target": None if i.target == 0xFFFFFFFFu else i.target, "shared": bool(i.share),
+            "err_row": None if i.err_row == 0xFFFFFFFFu else i.err_row,
+            "err_owner": i.err_owner,
         }
+
+    def pieces(self, long long slot):
+        """The pieces of ``slot``'s batch, in row order: tuples (kind, owner, first, n, done,
+        pid) (kind: PIECE_*; rows [first, first + n), ``done`` of them loaded)."""
+        cdef void *m = self._m()
+        self._slot_ok(slot)
+        cdef uint32_t n = 0
+        _check(fl_ring_pieces(m, slot, NULL, 0, &n), f"reading the pieces of slot {slot}")
+        if n == 0:
+            return []
+        arr = np.zeros(n * 6, np.uint32)
+        cdef uint32_t[::1] flat = arr
+        cdef uint32_t got = 0
+        _check(fl_ring_pieces(m, slot, <fl_piece_info *>&flat[0], n, &got),
+               f"reading the pieces of slot {slot}")
+        got = min(got, n)
+        return [tuple(int(x) for x in arr[6 * k:6 * k + 6]) for k in range(got)]
 
     def slot_count(self, long long slot):
         """Rows in the batch queued into ``slot``."""
@@ -506,30 +453,12 @@ cdef class RingIndex(_Mapped):
         self._slot_ok(slot)
         return fl_ring_slot(m, slot).count
 
-    def set_progress(self, long long slot, uint64_t rows, uint32_t pid):
-        """[worker] Record how many rows are done (for error messages about hangs and crashes)."""
-        cdef void *m = self._m()
-        self._slot_ok(slot)
-        fl_ring_set_progress(m, slot, rows, pid)
-
-    def set_rows(self, long long slot, uint32_t rows):
-        """[worker] The batch has ``rows`` rows (at most its count: the worker's stream ended)."""
-        cdef void *m = self._m()
-        self._slot_ok(slot)
-        _check(fl_ring_set_rows(m, slot, rows), f"setting the rows of slot {slot}")
-
-    def set_result(self, long long slot, uint32_t flags, uint64_t var_bytes):
-        """[worker] Record the result flags and variable-area size before publishing."""
-        cdef void *m = self._m()
-        self._slot_ok(slot)
-        fl_ring_set_result(m, slot, flags, var_bytes)
-
     def stats(self):
         """Operation counters from the control block (exact when no one is running)."""
         cdef fl_header *h = <fl_header *>self._m()
         return {
-            "queued": h.n_queued, "claimed": h.n_claimed, "published": h.n_published,
-            "released": h.n_released, "reclaimed": h.n_reclaimed, "cancelled": h.n_cancelled,
+            "queued": h.n_queued, "taken": h.n_taken, "published": h.n_published,
+            "released": h.n_released, "given_back": h.n_given_back, "closing": h.n_closing,
             "futex_waits": h.n_futex_waits, "futex_wakes": h.n_futex_wakes,
         }
 

@@ -1,8 +1,8 @@
 """The scheduler: a loader's slots and what goes into them next.
 
 It owns the ``SlotTable`` (fastload/_slots.py: the region, the ring, the tasks in flight), how far
-each epoch is queued, and the sharing policy (which batches are shared by rows, NOTE [shared
-rows] in csrc/fl_ring.c). It reads the passes (fastload/_passes.py) and the plan; it never
+each epoch is queued, and the sharing policy (which batches workers may cut into pieces, NOTE
+[pieces] in csrc/fl_ring.c). It reads the passes (fastload/_passes.py) and the plan; it never
 changes them.
 
 NOTE [queueing passes]
@@ -16,18 +16,19 @@ the queue runs one epoch ahead (the next ``iter()``'s). A pass that ends unfinis
 tasks dropped (``drop``).
 
 NOTE [sharing policy]
-One sentence: a batch is shared by rows when workers would otherwise wait for one of them (the
-first batch of an epoch, its last ``2 * num_workers``, and those queued ahead for the next pass),
-and only for map-style datasets loaded one ``__getitem__`` at a time into fixed-shape slots with
-two workers or more (``may_share``, ``shared_batch``); a worker still takes a shared batch
-quicker than 20 ms to load in one piece (csrc/fl_ring.c). Everything else is claimed whole.
+One sentence: a batch is shared (workers cut it into pieces) when workers would otherwise wait
+for one of them (the first batch of an epoch, its last ``2 * num_workers``, and those queued ahead
+for the next pass), and only for map-style datasets loaded one ``__getitem__`` at a time into
+fixed-shape slots with two workers or more (``may_share``, ``shared_batch``). This is the only
+place that decides it; the size of the pieces is the worker's (``_Client._timed`` in _worker.py:
+guided pieces of at least 200 us of loading, a batch quicker than 20 ms taken whole). Every other
+batch is taken whole, as one piece (NOTE [pieces] in csrc/fl_ring.c: the same protocol).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import _ring
 from ._passes import Passes
 from ._slots import SlotTable, Task
 
@@ -41,15 +42,15 @@ def may_share(cfg: Any, plan: Any, kind: Any) -> bool:
     no on_error="skip" (which replaces a sample by another of its batch). The layout decides
     the rest (fixed-shape leaves only: ``Scheduler.start``)."""
     return bool(cfg.share_rows and cfg.num_workers > 1 and kind.per_sample
-                and cfg.on_error != "skip" and plan.rows <= _ring.MAX_SHARED_ROWS)
+                and cfg.on_error != "skip")
 
 
 def shared_batch(b: int, nbatches: int, workers: int, ahead: bool) -> bool:
     """Whether batch ``b`` of an epoch of ``nbatches`` is queued shared: the first batch and the
     last 2 x ``workers``, where workers would otherwise wait for one of them, and every batch
-    queued ahead for a pass not yet started (workers claim whole batches first, so a next
-    epoch's batch claimed whole would go before this epoch's shared last ones). The others are
-    claimed whole, as before: per-row bookkeeping costs a batch of tiny samples ~5%."""
+    queued ahead for a pass not yet started (the first batches of that pass once it starts).
+    The others are taken whole, in one piece: cutting a batch of tiny samples into pieces costs
+    more than it saves."""
     return b == 0 or b >= nbatches - 2 * workers or ahead
 
 
@@ -133,7 +134,7 @@ class Scheduler:
                 break
             room -= 1
             queued = True
-        if queued:  # a shared batch: every idle worker may take rows of it
+        if queued:  # a shared batch: every idle worker may take pieces of it
             self.bell.ring(slots.shared_queued)
             slots.shared_queued = False
         return first

@@ -27,7 +27,7 @@ __all__ = ["SlotMap", "SlotTable", "Task", "STATE_NAMES"]
 STATE_NAMES = {
     _ring.FREE: "FREE",
     _ring.QUEUED: "QUEUED",
-    _ring.CLAIMED: "CLAIMED",
+    _ring.CLOSING: "CLOSING",
     _ring.READY: "READY",
     _ring.FAILED: "FAILED",
     _ring.READING: "READING",
@@ -105,7 +105,7 @@ class _Returner:
         # return, and the child has dropped the mapping (_region.drop_inherited). The pid is
         # kept up to date at fork, so this costs no getpid() per batch.
         if not self.closed and _pid[0] == self.pid:
-            self.ring.release(slot)
+            self.ring.retire(slot)  # READING -> FREE (no worker loads a lent batch)
             self.freed.append(slot)
 
 
@@ -115,11 +115,11 @@ class SlotTable:
 
     def __init__(self, layout: BatchLayout, nslots: int, counters: dict[str, int],
                  shared: bool = False) -> None:
-        #: Batches may be shared (NOTE [shared rows] in csrc/fl_ring.c): any worker takes rows.
+        #: Batches may be shared (NOTE [pieces] in csrc/fl_ring.c): workers take pieces of them.
         self.shared = shared
         self.shared_queued = False  # since the engine last rang the bell
-        max_rows = layout.batch_size if shared else 0
-        ctl = _ring.control_nbytes_rows(nslots, max_rows)
+        max_pieces = min(layout.batch_size, _ring.MAX_PIECES) if shared else 1
+        ctl = _ring.control_nbytes(nslots, max_pieces)
         data_offset = -(-ctl // PAGE) * PAGE
         self.region = SharedRegion(
             data_offset + nslots * layout.slot_bytes,
@@ -127,7 +127,7 @@ class SlotTable:
                  f"{layout.batch_size} samples of {layout.describe_size()})")
         try:
             self.ring = _ring.RingIndex.create(
-                self.region.mm, nslots, layout.slot_bytes, data_offset, os.getpid(), max_rows
+                self.region.mm, nslots, layout.slot_bytes, data_offset, os.getpid(), max_pieces
             )
         except BaseException:
             self.region.close()
@@ -155,7 +155,7 @@ class SlotTable:
         slot = self.free.pop()
         k = self.map.write_task(slot, indices, seed)
         if self.shared and target is None and owners is not None:
-            self.ring.queue_shared(slot, self.seq, epoch, k, owners[:k])
+            self.ring.queue(slot, self.seq, epoch, k, None, True, owners[:k])
             self.shared_queued = True
         else:
             self.ring.queue(slot, self.seq, epoch, k, target)
@@ -168,7 +168,7 @@ class SlotTable:
         the task's indices and seed. It keeps its seq: tasks are delivered in seq order (the
         mailbox drops messages of older seqs as abandoned, and workers claim the lowest seq
         first), and its dead worker can send nothing more under it."""
-        self.ring.release(task.slot)
+        self.ring.retire(task.slot)  # READY: no worker loads it
         self.ring.queue(task.slot, task.seq, task.epoch, count, task.target)
         self.inflight.appendleft(task)
 
@@ -195,19 +195,18 @@ class SlotTable:
         (NOTE [several passes] in _passes.py); the task abandoned, or None."""
         for task in reversed(self.inflight):
             if task.epoch == epoch:
-                if _ring.state_bits(self.ring.state(task.slot))[0] == _ring.CLAIMED:
-                    return None
-                if self.shared and self.loading_rows(task.slot):
-                    return None  # workers load some of its rows
+                if self.loaders(task.slot):
+                    return None  # workers load it, or pieces of it
                 self.inflight.remove(task)
                 self.drop(task.slot)
                 return task
         return None
 
     def drop(self, slot: int) -> None:
-        """Abandon the task in ``slot``: freed now if no worker has it, else once it is done."""
-        if self.ring.cancel(slot) or _ring.state_bits(self.ring.state(slot))[0] == _ring.FREE:
-            self.free.append(slot)  # unclaimed, or abandoned by a reclaim
+        """Abandon the task in ``slot``: freed now if no worker loads a piece of it, else by
+        the last of them (``reap`` finds it FREE: NOTE [pieces] in csrc/fl_ring.c)."""
+        if self.ring.retire(slot):
+            self.free.append(slot)
         else:
             self.stale.add(slot)
 
@@ -233,19 +232,15 @@ class SlotTable:
             return
         ring = self.ring
         for s in list(self.stale):
-            st = _ring.state_bits(ring.state(s))[0]
-            if st in (_ring.READY, _ring.FAILED):
-                ring.release(s)
-            elif not (st == _ring.FREE or (st == _ring.QUEUED and ring.cancel(s))):
-                continue  # still being loaded (FREE/QUEUED: abandoned or re-queued by a reclaim)
-            self.stale.discard(s)
-            self.free.append(s)
+            if ring.retire(s):  # CLOSING until its last loader left
+                self.stale.discard(s)
+                self.free.append(s)
 
     # -- delivery ----------------------------------------------------------------------------
     def release(self, slot: int) -> None:
-        """A FAILED (or copied) slot goes back to the free list."""
-        self.ring.release(slot)
-        self.free.append(slot)
+        """A FAILED (or copied) slot goes back to the free list, or, while workers still load
+        rows of it past the error, once they are done (``reap``)."""
+        self.drop(slot)
 
     def deliver(self, slot: int, count: int, var_bytes: int, spilled: Any, copy: bool,
                 max_held: int) -> Any:
@@ -287,51 +282,46 @@ class SlotTable:
         return len(self.leased) - len(self.returner.freed)
 
     # -- what workers are doing --------------------------------------------------------------
+    def loaders(self, slot: int) -> list[tuple[int, int, int, int, int]]:
+        """The pieces of ``slot`` being loaded: (worker, pid, first row, rows, rows done)."""
+        return [(owner, pid, first, n, done)
+                for kind, owner, first, n, done, pid in self.ring.pieces(slot)
+                if kind == _ring.PIECE_TAKEN]
+
     def claimed_by(self, worker: int) -> list[tuple[int, int, int | None]]:
-        """(slot, epoch, sample index being loaded) of every slot ``worker`` has claimed, and
-        of every row of a shared batch it has taken."""
+        """(slot, epoch, sample index being loaded) of every piece ``worker`` is loading."""
         out = []
         for s in range(self.nslots):
-            info = self.ring.slot_info(s)
-            if info["state"] == _ring.CLAIMED and info["owner"] == worker:
-                out.append((s, info["epoch"], self.loading(s, info)[0]))
-        for s, row in self.ring.rows_of(worker) if self.shared else ():
-            info = self.ring.slot_info(s)
-            out.append((s, info["epoch"], int(self.map.indices(s, info["count"])[row])))
+            mine = [p for p in self.loaders(s) if p[0] == worker]
+            if mine:
+                info = self.ring.slot_info(s)
+                idx = self.map.indices(s, info["count"])
+                for _, _, first, n, done in mine:
+                    row = first + min(done, max(n - 1, 0))
+                    out.append((s, info["epoch"], int(idx[row]) if len(idx) else None))
         return out
-
-    def loading_rows(self, slot: int) -> list[int]:
-        """The rows of shared batch ``slot`` that workers are loading now."""
-        count = self.ring.slot_count(slot)
-        return [r for r in range(count) if 0 < self.ring.row_state(slot, r) <= _ring.MAX_WORKERS]
-
-    def loading(self, slot: int, info: dict[str, Any]) -> tuple[int | None, int, int]:
-        """(sample index, row, rows) a worker is loading in a CLAIMED slot, from its progress."""
-        idx = self.map.indices(slot, self.ring.slot_count(slot)).tolist()
-        row = min(info["progress"], max(len(idx) - 1, 0))
-        return (idx[row] if idx else None), row, len(idx)
 
     def why_late(self, slot: int) -> str:
         """What the batch in ``slot`` is waiting for: which worker loads which sample, or none."""
         info = self.ring.slot_info(slot)
-        st = info["state"]
-        if st == _ring.CLAIMED:
-            index, row, count = self.loading(slot, info)
-            return (
-                f"worker {info['owner']} (pid {info['pid']}) has been loading sample index "
-                f"{index} (row {row} of {count} in this batch) for too long"
-            )
-        if st == _ring.QUEUED and self.shared:
-            rows = self.loading_rows(slot)
-            if rows:
-                idx = self.map.indices(slot, info["count"])
-                who = ", ".join(f"worker {self.ring.row_state(slot, r) - 1} sample index "
-                                f"{int(idx[r])} (row {r})" for r in rows[:8])
-                return (f"workers have been loading rows of this batch of {info['count']} for "
-                        f"too long: {who}{' ...' if len(rows) > 8 else ''}")
+        count = info["count"]
+        loading = self.loaders(slot) if info["state"] == _ring.QUEUED else []
+        if loading:
+            idx = self.map.indices(slot, count)
+            who = [f"worker {w} (pid {pid}) has been loading sample index "
+                   f"{int(idx[first + min(done, n - 1)])} (row {first + min(done, n - 1)} of "
+                   f"{count} in this batch)" for w, pid, first, n, done in loading[:8]]
+            return f"{', '.join(who)}{' ...' if len(loading) > 8 else ''} for too long"
+        given = [(owner, first) for kind, owner, first, _, _, _ in self.ring.pieces(slot)
+                 if kind == _ring.PIECE_GIVEN] if info["state"] == _ring.QUEUED else []
+        if given:  # NOTE [first samples] (_startup.py): each loads its sample before the ring
+            idx = self.map.indices(slot, count)
+            who = [f"worker {w} sample index {int(idx[r])} (row {r})" for w, r in given[:8]]
+            return (f"rows of this batch of {count} were given to workers that loaded their "
+                    f"sample first and have not finished it: {', '.join(who)}")
         return (
-            f"the batch was still {STATE_NAMES.get(st, st)} (no worker picked it up); "
-            f"{len(self.leased)} batches still referenced by the caller"
+            f"the batch was still {STATE_NAMES.get(info['state'], info['state'])} (no worker "
+            f"picked it up); {len(self.leased)} batches still referenced by the caller"
         )
 
     def close(self) -> None:

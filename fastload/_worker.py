@@ -31,9 +31,9 @@ __all__ = ["worker_main"]
 
 #: How long one wait for work lasts before the worker re-checks its pipe and the stop flag.
 _CLAIM_TIMEOUT_S = 0.1
-#: A shared batch's rows are taken in pieces of at least this much loading time (fill_rows),
-#: and a batch quicker than _SHARE_MIN_S to load is taken whole (what idle workers could save
-#: on it is less than the per-piece bookkeeping costs).
+#: A shared batch's rows are taken in pieces of at least this much loading time (_timed), and
+#: a batch quicker than _SHARE_MIN_S to load is taken whole (what idle workers could save on it
+#: is less than the per-piece bookkeeping costs).
 _PIECE_S = 200e-6
 _SHARE_MIN_S = 20e-3
 #: While a worker has work, how often it reads its pipe (a new loader's probe, an attach, a
@@ -172,8 +172,12 @@ class _Client:
         self.region: Any = None
         self.layout: Any = None
         self.slots: Any = None
-        self.shared = False  # its batches are shared (NOTE [shared rows] in csrc/fl_ring.c)
+        self.shared = False  # its batches may be shared (NOTE [pieces] in csrc/fl_ring.c)
         self.row_s = 1.0  # seconds to load one row (a moving average): slow until measured
+        #: fl_ring_take's shape of this worker's pieces of shared batches (``_timed``): single
+        #: rows until a row's time is known
+        self.divisor = 2 * worker.num_workers
+        self.min_units = 1
 
     def attach(self, layout: Any, nbytes: int, fd: int) -> None:
         from ._pack import Packer
@@ -185,7 +189,7 @@ class _Client:
         self.region = SharedRegion.attach(fd, nbytes)
         self.ring = RingIndex(self.region.mm)
         self.slots = SlotMap(self.region.mm, self.ring, layout)
-        self.shared = self.ring.max_rows > 0
+        self.shared = self.ring.max_pieces > 1
         self.packer = Packer(
             self.region.mm,
             self.ring.data_offset,
@@ -227,22 +231,30 @@ class _Client:
         else:
             conn.send(m.LayoutFound(self.cid, layout))
 
-    def fill(self, slot: int, state: int) -> None:
+    def load(self, t: Any) -> None:
+        """Load the piece ``t`` (RingIndex.take) took: a whole batch, or a piece of a shared one
+        (NOTE [pieces] in csrc/fl_ring.c)."""
         set_worker_info(self.info)
-        ring, slots = self.ring, self.slots
+        if t.shared:
+            self.fill_rows(t)
+        else:
+            self.fill(t)
+
+    def fill(self, t: Any) -> None:
+        """Load a whole batch, with everything a whole batch may have: object and ragged
+        leaves (the variable image), skipped samples, a stream that ended."""
+        ring, slots, slot = self.ring, self.slots, t.slot
         assert self.filler is not None
-        info = ring.slot_info(slot)
-        indices = slots.indices(slot, info["count"])
+        indices = slots.indices(slot, t.count)
+        wid = self.worker.worker_id
         t0 = time.perf_counter()
         image, error = self.filler.fill(
-            self.packer, self.layout, slot, indices, slots.seed(slot), info["epoch"], ring,
-            self.pid,
+            self.packer, self.layout, slot, indices, slots.seed(slot), t.epoch, ring, self.pid,
         )
         if self.shared:  # how long a row takes, for the pieces of shared batches
             self._timed(t0, len(indices))
         if error is not None:
-            if ring.publish(slot, state, False):
-                self.worker.conn.send(m.BatchFailed(self.cid, slot, info["seq"], error))
+            self._fail(t, 0, error)
             return
         spill: int | None = None
         flags = self.filler.flags  # F_ENDED: a plain iterable's iterator ended
@@ -261,10 +273,7 @@ class _Client:
                 if not nbytes:
                     spill = _overflow(image)
             except Exception as e:
-                if ring.publish(slot, state, False):
-                    self.worker.conn.send(m.BatchFailed(
-                        self.cid, slot, info["seq"],
-                        pack_exception(e, None, self.worker.worker_id)))
+                self._fail(t, 0, pack_exception(e, None, wid))
                 return
             if nbytes:
                 ring.set_result(slot, flags, nbytes)
@@ -272,100 +281,65 @@ class _Client:
                 from ._ring import F_SPILLED
 
                 ring.set_result(slot, F_SPILLED | flags, 0)
-        if not ring.publish(slot, state, True):
+        if ring.done(t, wid) is None:
             if spill is not None:
                 os.close(spill)
-            return  # reclaimed meanwhile (cannot happen while we live) or cancelled
+            return  # given back meanwhile (the parent took this worker for dead)
         if spill is not None:  # NOTE [worker protocol]: the memfd follows its message
             try:
                 nbytes = image.nbytes
-                self.worker.conn.send(m.SpillFd(self.cid, slot, info["seq"], nbytes))
+                self.worker.conn.send(m.SpillFd(self.cid, slot, t.seq, nbytes))
                 send_handle(self.worker.conn, spill, os.getppid())
             finally:
                 os.close(spill)
         if skipped:
-            self.worker.conn.send(m.Skipped(self.cid, slot, info["seq"], tuple(skipped)))
+            self.worker.conn.send(m.Skipped(self.cid, slot, t.seq, tuple(skipped)))
 
-
-    def fill_rows(self, slot: int, state: int) -> None:
-        """NOTE [shared rows] (csrc/fl_ring.c): load rows of the shared batch in ``slot`` until
-        none is left to take; rows this worker loaded first (NOTE [first samples]) are taken
-        first. The batch read here is checked by the first take: a slot queued again since
-        ``state`` was read gives nothing."""
-        set_worker_info(self.info)
-        ring, slots, filler = self.ring, self.slots, self.filler
+    def fill_rows(self, t: Any) -> None:
+        """Load the rows of a piece of a shared batch (fixed-shape leaves only); rows this
+        worker loaded first (NOTE [first samples]) come from what it kept."""
+        slots, filler = self.slots, self.filler
         assert filler is not None
+        slot = t.slot
+        indices = slots.indices(slot, t.count)
+        t0 = time.perf_counter()
+        row, error = filler.fill_rows(self.packer, slot, indices, t.first, t.n, slots.seed(slot),
+                                      t.epoch, self.ring, t.piece, self.pid)
+        self._timed(t0, (row if error is not None else t.first + t.n) - t.first)
+        if error is None:
+            self.ring.done(t, self.worker.worker_id)
+        else:
+            self._fail(t, row, error)
+
+    def _fail(self, t: Any, row: int, error: bytes) -> None:
+        """Row ``row`` of the piece raised: the ring learns it first (NOTE [pieces]: nothing
+        waits for other workers), then, if it is the batch's lowest row that raised so far,
+        the error goes to the parent, which reads it once the batch is FAILED with this worker
+        as its owner. In that order: a large message can never block a worker whose batch the
+        parent is not reading yet (docs/design.md, "Errors from user code")."""
         wid = self.worker.worker_id
-        info = ring.slot_info(slot)
-        count = info["count"]
-        if not 0 < count <= ring.max_rows:
-            return  # queued again meanwhile (the take below would say so)
-        indices, seed, epoch = slots.indices(slot, count), slots.seed(slot), info["epoch"]
-        kept = filler.kept_rows(indices, seed, epoch)
-        given = True  # rows given to this worker up front first: it loaded their samples
-        while not ring.stopped:
-            which = -2 if given else kept.pop() if kept else -1
-            got = ring.take_rows(slot, state, wid, which, self._divisor(count))
-            if got is None:
-                return  # not the batch that was read
-            first, n = got
-            if n == 0:
-                if which == -1:
-                    return  # no row left to take
-                given = given and which != -2
-                continue  # no (more) given row, or that kept one was taken by another
-            t0 = time.perf_counter()
-            row, error = filler.fill_rows(self.packer, slot, indices, first, n, seed, epoch)
-            self._timed(t0, n)
-            if error is None:
-                if ring.rows_done(slot, state, wid, first, n):
-                    return  # that was its last row: published
-                continue
-            if row > first:
-                ring.rows_done(slot, state, wid, first, row - first)
-            if ring.rows_fail(slot, state, wid, row, first + n):
-                self._fail_rows(slot, state, info["seq"], indices, row, error, seed, epoch)
-            return
+        if self.ring.fail(t, wid, row) is None:
+            return  # given back meanwhile (the parent took this worker for dead)
+        info = self.ring.slot_info(t.slot)
+        if info["seq"] == t.seq and info["err_row"] == row and info["err_owner"] == wid:
+            self.worker.conn.send(m.BatchFailed(self.cid, t.slot, t.seq, error))
 
     def _timed(self, t0: float, rows: int) -> None:
-        """``rows`` were loaded since ``t0``: the moving average of a row's time."""
-        if rows:
-            self.row_s += ((time.perf_counter() - t0) / rows - self.row_s) / 4
-
-    def _divisor(self, count: int) -> int:
-        """take_rows' divisor for a batch of ``count`` rows: guided pieces (rows left /
-        divisor, at most 2 x num_workers pieces of what is left), none shorter than _PIECE_S of
-        loading (a piece costs a few us of bookkeeping), and a batch quicker than _SHARE_MIN_S
-        taken whole (sharing it would save less than it costs)."""
+        """``rows`` were loaded since ``t0``: the moving average of a row's time, and from it
+        the shape of this worker's pieces of shared batches (NOTE [sharing policy] in
+        _scheduler.py): guided pieces (units left / divisor, at most 2 x num_workers pieces of
+        what is left), none shorter than _PIECE_S of loading (a piece costs a few us of
+        bookkeeping), and a batch quicker than _SHARE_MIN_S taken whole (sharing it would save
+        less than it costs)."""
+        if not rows:
+            return
+        self.row_s += ((time.perf_counter() - t0) / rows - self.row_s) / 4
+        count = self.layout.batch_size
         if count * self.row_s < _SHARE_MIN_S:
-            return 1
-        return max(1, min(2 * self.worker.num_workers, int(count * self.row_s / _PIECE_S)))
-
-    def _fail_rows(self, slot: int, state: int, seq: int, indices: Any, row: int,
-                   error: bytes, seed: int, epoch: int) -> None:
-        """This worker's row was the first of the shared batch to raise: once no row is being
-        loaded, publish it FAILED with the error one worker loading the batch in order would
-        have given (that of its first row that raises: the rows before ``row`` not loaded are
-        tried again), then send it."""
-        from ._ring import ROW_DONE
-
-        ring, filler = self.ring, self.filler
-        assert filler is not None
-        while True:
-            busy = ring.rows_settle(slot, _CLAIM_TIMEOUT_S)
-            if busy == 0:
-                break
-            if busy == -2:
-                return  # the loader is closing
-        for r in range(row):
-            if ring.row_state(slot, r) != ROW_DONE:
-                bad, earlier = filler.fill_rows(self.packer, slot, indices, r, 1, seed, epoch)
-                if earlier is not None:
-                    row, error = bad, earlier
-                    break
-        ring.set_progress(slot, row, self.pid)  # who failed it: the parent reads its pipe
-        if ring.fail_shared(slot, state, self.worker.worker_id):
-            self.worker.conn.send(m.BatchFailed(self.cid, slot, seq, error))
+            self.divisor, self.min_units = 1, 1
+        else:
+            self.divisor = 2 * self.worker.num_workers
+            self.min_units = max(1, int(_PIECE_S / max(self.row_s, 1e-9)))
 
 
 def _read_all(fd: int, nbytes: int) -> list[bytes]:
@@ -428,27 +402,15 @@ class _Worker:
             closing = []
             for k in range(n):
                 client = active[(self.next + k) % n]
-                # NOTE [shared rows] (csrc/fl_ring.c): a batch claimed whole first, then rows
-                # of a shared one; rows given to this worker (NOTE [first samples]) before all
-                rows_first = client.shared and bool(client.filler.warm)
-                slot, state = (-1, 0) if rows_first else client.ring.claim(self.worker_id, 0.0)
-                rows = False
-                if slot == -1 and client.shared:
-                    slot, state = client.ring.find_rows(self.worker_id)
-                    rows = slot >= 0
-                    if slot < 0 and client.ring.stopped:
-                        slot = -2
-                    elif slot < 0 and rows_first:
-                        slot, state = client.ring.claim(self.worker_id, 0.0)
-                if slot >= 0:
+                # NOTE [pieces] (csrc/fl_ring.c): a piece given to this worker first, then the
+                # oldest batch nobody began, then a piece of a shared batch begun
+                t = client.ring.take(self.worker_id, client.divisor, client.min_units, self.pid)
+                if t:
                     self.next = (self.next + k + 1) % n  # the next scan starts past this ring
-                    if rows:
-                        client.fill_rows(slot, state)
-                    else:
-                        client.fill(slot, state)
+                    client.load(t)
                     claimed = True
                     break
-                if slot == -2:  # that loader is closing; its detach message follows
+                if t is False:  # that loader is closing; its detach message follows
                     closing.append(client)
             for client in closing:
                 active.remove(client)

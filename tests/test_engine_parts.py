@@ -208,7 +208,7 @@ def test_mailbox_never_hands_an_abandoned_batch_its_message():
     # An abandoned batch (task 3) and the batch now delivered (task 9) in the same slot.
     pool.routed = [(0, m.Spill(7, 1, 3, b"old")), (0, m.Spill(7, 2, 5, b"other"))]
     assert mail.take(0, 1, 9) is None  # not the old batch's objects
-    assert mail.msgs == {(2, 5): m.Spill(7, 2, 5, b"other")}  # slot 1's task 3 is gone
+    assert mail.msgs == {(2, 5, 0): m.Spill(7, 2, 5, b"other")}  # slot 1's task 3 is gone
     pool.routed = [(0, m.Spill(7, 1, 9, b"new"))]
     assert mail.take(0, 1, 9).image == b"new"
     # Another slot's older task may be another live pass's batch, delivered later (NOTE
@@ -217,7 +217,7 @@ def test_mailbox_never_hands_an_abandoned_batch_its_message():
     pool.routed = [(0, m.Spill(7, 3, 4, b"a")), (0, m.Skipped(7, 3, 4, ())),
                    (0, m.Spill(7, 3, 6, b"b"))]
     mail.collect()  # filing task 6 of slot 3 drops what its task 4 left
-    assert mail.msgs == {(3, 6): m.Spill(7, 3, 6, b"b")} and mail.skips == {}
+    assert mail.msgs == {(3, 6, 0): m.Spill(7, 3, 6, b"b")} and mail.skips == {}
 
 
 def test_collect_never_takes_the_pools_lock_under_its_own():
@@ -234,7 +234,7 @@ def test_collect_never_takes_the_pools_lock_under_its_own():
     mail = Mailbox(pool, 7)
     pool.routed = [(0, m.Spill(7, 1, 3, b"x"))]
     mail.collect()
-    assert mail.msgs == {(1, 3): m.Spill(7, 1, 3, b"x")}
+    assert mail.msgs == {(1, 3, 0): m.Spill(7, 1, 3, b"x")}
 
 
 def test_a_batch_message_that_never_comes_is_a_timeout_not_a_hang():
@@ -261,14 +261,14 @@ def test_a_redone_task_keeps_its_seq_and_its_place():
         slots.queue(0, 0, np.array([0, 1]), 5)
         slots.queue(0, 1, np.array([2, 3]), 5)
         first = slots.inflight[0]
-        slot, state = slots.ring.claim(0, 1.0)
-        assert slot == first.slot and slots.ring.publish(slot, state, True)
+        t = slots.ring.take(0)
+        assert t.slot == first.slot and slots.ring.done(t, 0)
         slots.inflight.popleft()
         slots.redo(first, 2)
         assert list(slots.inflight)[0] == first and [t.seq for t in slots.inflight] == [0, 1]
         info = slots.ring.slot_info(first.slot)
         assert info["state"] == _ring.QUEUED and info["seq"] == first.seq and info["count"] == 2
-        assert slots.ring.claim(0, 1.0)[0] == first.slot  # the lowest seq is claimed first
+        assert slots.ring.take(0).slot == first.slot  # the lowest seq is taken first
     finally:
         slots.close()
 

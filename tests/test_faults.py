@@ -106,14 +106,14 @@ def test_worker_killed_while_idle_is_restarted_quietly():
     from fastload import _ring
 
     # One batch per epoch, and at most one prefetched: wait until that batch is published, so
-    # that no worker holds anything when one is killed (a shared batch is loaded while QUEUED:
-    # NOTE [shared rows]).
+    # that no worker holds anything when one is killed (a batch is loaded while QUEUED: NOTE
+    # [pieces] in csrc/fl_ring.c).
     with fastload.Loader(Steady(4, 0), 4, num_workers=2, prefetch=1) as loader:
         assert [i for b in loader for i in b.tolist()] == list(range(4))
         eng = loader._engine
         deadline = time.monotonic() + 10
         ring = eng.slots.ring
-        loading = (_ring.QUEUED, _ring.CLAIMED)
+        loading = (_ring.QUEUED, _ring.CLOSING)
         while any(ring.slot_info(s)["state"] in loading for s in range(ring.nslots)):
             assert time.monotonic() < deadline, "the prefetched batch was never published"
             time.sleep(0.01)

@@ -1,10 +1,11 @@
-"""NOTE [shared rows] (csrc/fl_ring.c): idle workers take the remaining rows of the oldest
-batch, so a batch does not wait for one worker while the others idle, with the same batches."""
+"""NOTE [pieces] (csrc/fl_ring.c): idle workers take pieces of the oldest shared batch, so a
+batch does not wait for one worker while the others idle, with the same batches."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from fastload import _ring
 from helpers import MP_TIMEOUT
 from helpers.datasets import Range
 from helpers.faults import HangAt, KillAt
-from helpers.shared_rows import Counted, FailLate, Who
+from helpers.shared_rows import Counted, FailLate, HangThenFail, Who
 
 pytestmark = pytest.mark.timeout(MP_TIMEOUT)
 
@@ -137,7 +138,7 @@ def test_a_stalled_shared_batch_says_which_rows_are_being_loaded():
         with pytest.raises(fastload.LoaderTimeoutError) as info:
             next(iter(loader))
     text = str(info.value)
-    assert "loading rows of this batch" in text and "sample index 3 (row 3)" in text, text
+    assert "has been loading sample index 3 (row 3 of 8 in this batch)" in text, text
 
 
 def test_loaders_of_one_pool_in_threads_share_their_batches():
@@ -176,31 +177,70 @@ def test_batches_that_cannot_be_shared_are_not(kw):
         assert loader.stats()["shared_rows"] is False
 
 
+def test_a_failing_row_never_waits_for_the_rows_after_it(tmp_path):
+    # Row 2 raises, row 5 hangs 20 s (once): one worker loading in order would have raised
+    # sample 2's error without loading row 5, and so does the shared batch (its rows above the
+    # error are not needed); the worker on row 5 finishes later, into a retired slot.
+    ds = HangThenFail(16, 5, 2, str(tmp_path / "hung"), seconds=20)
+    with fastload.Loader(ds, 8, num_workers=3, start_method="fork", timeout=30) as loader:
+        t0 = time.monotonic()
+        it = iter(loader)
+        with pytest.raises(KeyError, match="sample 2 is broken"):
+            next(it)
+        assert time.monotonic() - t0 < 10
+        assert next(it).tolist() == list(range(8, 16))
+
+
+def test_a_failing_shared_batch_with_a_slow_row_never_wedges_its_workers(tmp_path):
+    """Issue 30: the last batch (shared) holds a row that hangs (sample 9, 30 s, once) below
+    a row that fails (sample 10). next() times out naming the sample being loaded, and the
+    next epoch goes on with the other worker: the one whose row failed waited for nobody (it
+    used to wait for the hanging row without bound, and the next epoch timed out with "still
+    QUEUED (no worker picked it up)")."""
+    ds = HangThenFail(16, 9, 10, str(tmp_path / "hung"))
+    with fastload.Loader(ds, 8, num_workers=2, start_method="fork", timeout=4) as loader:
+        it = iter(loader)
+        assert next(it).tolist() == list(range(8))
+        with pytest.raises(fastload.LoaderTimeoutError) as info:
+            next(it)
+        assert "loading sample index 9 (row 1 of 8" in str(info.value), str(info.value)
+        t0 = time.monotonic()
+        it = iter(loader)  # the hanging worker is still in sample 9 of the last epoch
+        assert next(it).tolist() == list(range(8))
+        with pytest.raises(KeyError, match="sample 10 is broken"):
+            next(it)
+        assert time.monotonic() - t0 < 4
+
+
 def test_the_ring_wrappers_of_shared_batches():
-    nslots, rows = 2, 6
-    ctl = _ring.control_nbytes_rows(nslots, rows)
+    nslots, pieces = 2, 6
+    ctl = _ring.control_nbytes(nslots, pieces)
     buf = bytearray(-(-ctl // 128) * 128 + 128 + nslots * 64)
     mem = memoryview(buf)
     off = (-np.frombuffer(buf, np.uint8).ctypes.data) % 128  # the ring wants 128-byte alignment
-    ring = _ring.RingIndex.create(mem[off:], nslots, 64, -(-ctl // 128) * 128, 1, rows)
+    ring = _ring.RingIndex.create(mem[off:], nslots, 64, -(-ctl // 128) * 128, 1, pieces)
     try:
-        assert ring.max_rows == rows
-        ring.queue_shared(0, 5, 0, rows, [1, None])  # row 0 given to worker 1
-        assert ring.claim(0, 0.0) == (-1, 0)  # never claimed whole
-        slot, state = ring.find_rows(0)
-        assert slot == 0
-        assert ring.take_rows(0, state, 0, -2, 4) == (0, 0)  # nothing given to worker 0
-        assert ring.take_rows(0, state, 0, -1, 4) == (1, 1)  # (6 - 1) // 4 rows from row 1
-        assert ring.take_rows(0, state, 1, -2, 4) == (0, 1)
-        assert ring.take_rows(0, state, 2, 3, 4) == (3, 1)
-        assert ring.rows_of(2) == [(0, 3)]
-        assert ring.reset_rows(2, True) == 1 and ring.row_state(0, 3) == 0
-        assert ring.rows_done(0, state, 0, 1, 1) is False
-        first, n = ring.take_rows(0, state, 0, -1, 1)
-        assert (first, n) == (2, 4)
-        assert ring.rows_done(0, state, 0, 2, 4) is False
-        assert ring.rows_done(0, state, 1, 0, 1) is True  # the last row: published READY
+        assert ring.max_pieces == pieces
+        ring.queue(0, 5, 0, 6, None, True, [1, None])  # row 0 given to worker 1, row 1 to none
+        t = ring.take(0, 4, 1)  # nothing given to worker 0: the FREE row 1 first
+        assert (t.slot, t.first, t.n, t.seq, t.count, t.shared) == (0, 1, 1, 5, 6, True)
+        g = ring.take(1, 4, 1)  # worker 1: its given row
+        assert (g.first, g.n) == (0, 1)
+        c = ring.take(2, 4, 1)  # a cut: (6 - 2) // 4 rows from row 2
+        assert (c.first, c.n) == (2, 1)
+        assert [p[:4] for p in ring.pieces(0)] == [
+            (_ring.PIECE_TAKEN, 1, 0, 1), (_ring.PIECE_TAKEN, 0, 1, 1),
+            (_ring.PIECE_TAKEN, 2, 2, 1)]
+        assert ring.give_back(0, 2, True) == 1  # worker 2 died: its row goes back FREE
+        assert ring.done(c, 2) is None  # no longer its piece
+        assert ring.done(t, 0) is False
+        rest = ring.take(0, 1, 1)  # the FREE row 2 again, then the rest in one piece
+        assert (rest.first, rest.n) == (2, 1) and ring.done(rest, 0) is False
+        last = ring.take(0, 1, 1)
+        assert (last.first, last.n) == (3, 3) and ring.done(last, 0) is False
+        assert ring.done(g, 1) is True  # the last piece: published READY
         assert _ring.state_bits(ring.state(0))[0] == _ring.READY
-        assert ring.find_rows(0) == (-1, 0)
+        assert ring.take(0) is None
+        assert ring.retire(0) is True
     finally:
         ring.close()

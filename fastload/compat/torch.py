@@ -360,7 +360,8 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
             drop_last=self.drop_last if self._iterable else False,
             stack=not unstacked,
             # torch loads each batch in one worker (get_worker_info() is the same for all of
-            # its samples, and torch's tests rely on it): no shared rows (NOTE [shared rows])
+            # its samples, and torch's tests rely on it): no shared batches (NOTE [pieces] in
+            # csrc/fl_ring.c)
             share_rows=False,
             **plan,  # a map-style dataset's batches: no reference back to self
         )

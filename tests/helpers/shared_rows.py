@@ -1,4 +1,4 @@
-"""Datasets of tests/test_shared_rows.py (NOTE [shared rows] in csrc/fl_ring.c)."""
+"""Datasets of tests/test_shared_rows.py (NOTE [pieces] in csrc/fl_ring.c)."""
 
 from __future__ import annotations
 
@@ -64,4 +64,28 @@ class FailLate:
             time.sleep(self.fails[i])
             raise KeyError(f"sample {i} is broken")
         time.sleep(self.delay)
+        return np.int64(i)
+
+
+class HangThenFail:
+    """Sample i: i after ``delay`` seconds; sample ``hang`` first hangs ``seconds`` (once per
+    ``flag_path``), sample ``fail`` raises KeyError: a shared batch whose row fails while a row
+    below it is still being loaded (issue 30's hang)."""
+
+    def __init__(self, n: int, hang: int, fail: int, flag_path: str, delay: float = 0.01,
+                 seconds: float = 30.0) -> None:
+        self.n, self.hang, self.fail, self.flag_path = n, hang, fail, flag_path
+        self.delay, self.seconds = delay, seconds
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> np.int64:
+        from helpers import claim
+
+        if i == self.fail:
+            raise KeyError(f"sample {i} is broken")
+        time.sleep(self.delay)
+        if i == self.hang and claim(self.flag_path):
+            time.sleep(self.seconds)
         return np.int64(i)

@@ -20,7 +20,7 @@ class SoakData:
     * unstacked: a structure that changes with the index - stack=False;
     * shared: (float32 (8,), int64), 6 ms each - fixed-shape leaves only: with 2 workers or
       more its first and last batches are shared, loaded in pieces by any worker (NOTE
-      [shared rows]; a batch quicker than 20 ms to load is taken whole).
+      [pieces] in csrc/fl_ring.c; a batch quicker than 20 ms to load is taken whole).
     """
 
     def __init__(self, n: int, kind: str) -> None:
