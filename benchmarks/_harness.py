@@ -326,7 +326,7 @@ LOADER_LABEL = {
 
 def default_loaders(workload: str) -> list[str]:
     """Every loader; ``fastload-1w`` only for ``compute`` (where the scaling matters);
-    ``fastload-noshare`` (NOTE [shared rows]: batches loaded by one worker each, as before)
+    ``fastload-noshare`` (NOTE [pieces]: batches loaded by one worker each, as before)
     only when asked for."""
     return [x for x in LOADERS
             if (x != "fastload-1w" or workload == "compute") and x != "fastload-noshare"]

@@ -1,5 +1,5 @@
 """Slow samples: the time to the first batch and to the end of an epoch, with idle workers
-sharing the rows of a batch (``share_rows=True``, NOTE [shared rows] in csrc/fl_ring.c), without
+sharing the rows of a batch (``share_rows=True``, NOTE [pieces] in csrc/fl_ring.c), without
 (each batch loaded by one worker, as torch's DataLoader does: pytorch/pytorch#19836), and torch's
 DataLoader, side by side.
 
