@@ -109,7 +109,7 @@ def state_bits(uint32_t word):
 cdef class _Mapped:
     """A writable buffer, kept exported (so it cannot be unmapped) until :meth:`close`; the base
     of the classes over shared memory below. Every method of a closed one raises ValueError
-    (but RingIndex.wait, which returns -2).
+    (but RingIndex.wait and await_result, which return False).
 
     A thread inside a wait (GIL released) keeps the export: :meth:`close` from another thread
     then only forbids new calls, and the last thread to leave its wait drops the export, so the
@@ -255,9 +255,10 @@ cdef class RingIndex(_Mapped):
     def wait(self, long long slot, double timeout):
         """[parent] Wait (GIL released) up to ``timeout`` s for ``slot`` to leave QUEUED.
 
-        Returns the state word, -1 on timeout, -2 if the ring was closed (by another thread)."""
+        Returns the state word, None on timeout, False if the ring was closed (by another
+        thread)."""
         if self._mem == NULL:
-            return -2
+            return False
         cdef void *m = self._mem
         self._slot_ok(slot)
         cdef uint32_t state = 0
@@ -268,7 +269,7 @@ cdef class RingIndex(_Mapped):
             rc = fl_ring_wait(m, slot, ns, &state)
         self._leave()
         if rc == FL_ETIMEOUT:
-            return -1
+            return None
         _check(rc, f"waiting for slot {slot}")
         return state
 
