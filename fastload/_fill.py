@@ -25,6 +25,7 @@ raises ``SkipLimitError`` past ``max_skips`` in an epoch.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,8 @@ from ._ragged import RowError, VarImage
 from ._remote import pack_exception
 from .errors import LayoutMismatchError
 
-__all__ = ["WorkerInfo", "get_worker_info", "sample_rng", "BatchFiller", "set_worker_info"]
+__all__ = ["WorkerInfo", "get_worker_info", "sample_rng", "sample_ctx", "BatchFiller",
+           "set_worker_info"]
 
 
 @dataclass(frozen=True)
@@ -47,20 +49,32 @@ class WorkerInfo:
     dataset: Any
 
 
-_worker_info: WorkerInfo | None = None
+class _Context(threading.local):
+    """Per thread (worker_method="thread" runs workers as threads of this process): the
+    worker's :class:`WorkerInfo`, and the (seed, epoch, index) of the sample being loaded, for
+    sample_rng() (set by BatchFiller). Worker processes have one thread that loads."""
 
-#: (seed, epoch, index) of the sample being loaded, for sample_rng(); set by BatchFiller.
-_sample_ctx: list[int] = [0, 0, -1]
+    info: WorkerInfo | None = None
+
+    def __init__(self) -> None:
+        self.ctx: list[int] = [0, 0, -1]
+
+
+_local = _Context()
+
+
+def sample_ctx() -> list[int]:
+    """This thread's [seed, epoch, index] of the sample being loaded (changed in place)."""
+    return _local.ctx
 
 
 def set_worker_info(info: WorkerInfo | None) -> None:
-    global _worker_info
-    _worker_info = info
+    _local.info = info
 
 
 def get_worker_info() -> WorkerInfo | None:
-    """Inside a worker: its :class:`WorkerInfo`. In the main process: ``None``."""
-    return _worker_info
+    """Inside a worker (process or thread): its :class:`WorkerInfo`. Elsewhere: ``None``."""
+    return _local.info
 
 
 def sample_rng(index: int | None = None) -> Any:
@@ -83,7 +97,7 @@ def sample_rng(index: int | None = None) -> Any:
     >>> a == b
     True
     """
-    seed, epoch, current = _sample_ctx
+    seed, epoch, current = _local.ctx
     i = current if index is None else int(index)
     if i < 0:
         raise RuntimeError(
@@ -121,7 +135,7 @@ class BatchFiller:
 
     def warm_up(self, index: int, seed: int, epoch: int) -> None:
         """Load sample ``index`` now and keep it (or its exception) for the batch that has it."""
-        ctx = _sample_ctx
+        ctx = _local.ctx
         ctx[0], ctx[1], ctx[2] = seed, epoch, index
         try:
             self.warm[(seed, epoch, index)] = (True, self.dataset[index])
@@ -148,7 +162,7 @@ class BatchFiller:
         error if none does)."""
         from .layout import BatchLayout
 
-        ctx = _sample_ctx
+        ctx = _local.ctx
         ctx[0], ctx[1] = seed, epoch
         first: Exception | None = None
         try:
@@ -181,7 +195,7 @@ class BatchFiller:
         batch: list[int] | None = None
         self.rows = len(indices)
         self.skipped = []
-        ctx = _sample_ctx
+        ctx = _local.ctx
         ctx[0], ctx[1] = seed, epoch
         if ring is not None:  # who loads it, whatever the path (the parent reads it: _mailbox)
             ring.set_progress(slot, 0, pid)
@@ -238,7 +252,7 @@ class BatchFiller:
         ``slot``: (-1, None), or (the row that raised, its packed exception). With a ``ring``,
         the rows of piece ``piece`` loaded so far are recorded before each sample (stall and
         death reports read them)."""
-        ctx = _sample_ctx
+        ctx = _local.ctx
         ctx[0], ctx[1] = seed, epoch
         ds = _Kept(self, seed, epoch) if self.warm else self.dataset
         pack, objects = packer.pack, list[Any]()
@@ -332,7 +346,7 @@ class _Skipping:
         self.loaded: dict[int, Any] = {}  # replacements whose own row comes later
 
     def __getitem__(self, row: int) -> Any:
-        indices, failed, ctx = self.indices, self.failed, _sample_ctx
+        indices, failed, ctx = self.indices, self.failed, _local.ctx
         index = indices[row]
         if index in self.loaded:
             return self.loaded.pop(index)

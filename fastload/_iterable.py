@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ._fill import BatchFiller, _sample_ctx
+from ._fill import BatchFiller, sample_ctx
 from ._plan import STATE_FORMAT, EpochPlan
 from ._ragged import RowError, VarImage
 from ._remote import pack_exception
@@ -117,7 +117,7 @@ class IterFiller(BatchFiller):
             return s.kept.pop(0)
         if s.ended:
             return None
-        ctx = _sample_ctx
+        ctx = sample_ctx()
         ctx[2] = s.pos * self.nw + self.k  # sample_rng(): distinct per worker and position
         try:
             got = (True, next(s.it))
@@ -130,7 +130,7 @@ class IterFiller(BatchFiller):
         return got
 
     def _keep(self, epoch: int, position: int, seed: int) -> tuple[bool, Any]:
-        _sample_ctx[0], _sample_ctx[1] = seed, epoch
+        sample_ctx()[0:2] = seed, epoch
         s = self._stream(epoch, position)
         got = self._next(s)
         if got is None:
@@ -144,7 +144,7 @@ class IterFiller(BatchFiller):
         except Exception:  # ended (the probe of this worker says so), or iter() raised:
             pass  # its batch raises it again
         finally:
-            _sample_ctx[2] = -1
+            sample_ctx()[2] = -1
 
     def probe(self, index: int, batch_size: int, seed: int, epoch: int,
               spec: Any = None, alternates: Any = ()) -> Any:
@@ -156,7 +156,7 @@ class IterFiller(BatchFiller):
         try:
             ok, sample = self._keep(epoch, index, seed)
         finally:
-            _sample_ctx[2] = -1
+            sample_ctx()[2] = -1
         if not ok:
             self.streams[epoch].kept.pop(0)  # raised once, for the probe's batch
             raise sample
@@ -169,7 +169,7 @@ class IterFiller(BatchFiller):
         objects: list[Any] = []
         start, rows = int(indices[0]), 0
         self.flags = 0
-        ctx = _sample_ctx
+        ctx = sample_ctx()
         ctx[0], ctx[1] = seed, epoch
         try:
             s = self._stream(epoch, start)

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ._fill import _sample_ctx
+from ._fill import sample_ctx
 from ._plan import STATE_FORMAT, EpochPlan
 from .stream import ShardedStream
 
@@ -55,7 +55,7 @@ DEFAULT_SHUFFLE_BUFFER = 1024
 class StreamView:
     """A ShardedStream as the map-style dataset of its epoch positions (NOTE [stream order]).
     Position -> sample needs the epoch and seed of the batch being loaded: the fill path has
-    them in ``_sample_ctx`` (fastload/_fill.py), the same in a worker and in process."""
+    them in ``sample_ctx()`` (fastload/_fill.py), the same in a worker and in process."""
 
     def __init__(self, stream: Any, shards: list[Any], lengths: _Array, shuffle: bool,
                  window: int) -> None:
@@ -135,7 +135,7 @@ class StreamView:
     def __getitems__(self, gs: list[int]) -> Any:
         """The samples at positions ``gs`` (a list), or, for a stream that stacks its own
         rows (NpyShards), the stacked batch."""
-        seed, epoch = _sample_ctx[0], _sample_ctx[1]
+        seed, epoch = sample_ctx()[:2]
         pieces = [self._take(s, raws, g) if self.take is not None
                   else self._samples(seed, epoch, s, raws, g) for s, raws, g in self._runs(gs)]
         if self.take is not None:
@@ -144,7 +144,7 @@ class StreamView:
 
     def _runs(self, gs: Any) -> list[tuple[int, _Array, _Array]]:
         """(shard, raw positions, epoch positions) of each run of positions in one shard."""
-        seed, epoch = _sample_ctx[0], _sample_ctx[1]
+        seed, epoch = sample_ctx()[:2]
         g = np.asarray(gs, dtype=np.int64)
         n = len(g)
         if n and not self.shuffle:

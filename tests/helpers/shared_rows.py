@@ -38,9 +38,9 @@ class Counted:
         return self.n
 
     def __getitem__(self, i: int) -> np.ndarray:
-        from fastload._fill import _sample_ctx  # (seed, epoch, index) being loaded
+        from fastload._fill import sample_ctx  # (seed, epoch, index) being loaded
 
-        at = _sample_ctx[1] * self.n + i
+        at = sample_ctx()[1] * self.n + i
         if at < len(self.calls):
             with self.calls.get_lock():
                 self.calls[at] += 1

@@ -31,10 +31,10 @@ class Counted(fastload.ShardedStream):
     def iter_shard(self, shard: str, start: int) -> Iterator[Any]:
         k = int(shard.split("-")[1])
         if self.log is not None:
-            from fastload._fill import _sample_ctx  # the epoch of the batch being loaded
+            from fastload._fill import sample_ctx  # the epoch of the batch being loaded
 
             with open(os.path.join(self.log, f"{os.getpid()}.log"), "a") as f:
-                f.write(f"{_sample_ctx[1]} {k} {start}\n")
+                f.write(f"{sample_ctx()[1]} {k} {start}\n")
         for i in range(start, self.sizes[k]):
             yield np.int64(k * BASE + i)
 
