@@ -9,7 +9,7 @@ from typing import Any
 
 from ._options import check_options
 from ._ragged import SampleSpec
-from ._settings import PoolConfig, check_worker_args
+from ._settings import PoolConfig, check_worker_args, thread_or
 
 __all__ = ["PoolConfig", "LoaderConfig", "check_worker_args", "dataset_len", "resolve_shard",
            "distributed_world"]
@@ -72,6 +72,7 @@ class LoaderConfig:
     def build(
         cls, n: int | None, *, batch_size: Any, shuffle: bool, seed: Any, drop_last: bool,
         num_workers: Any, prefetch: Any, start_method: Any, worker_init: Any, timeout: Any,
+        worker_method: Any = "process",
         max_held: Any, copy: bool, on_worker_death: Any, shard: Any, return_mask: bool,
         batch_plan: Any, on_stall: Any, pool: Any, ragged: Any = None, pad_value: Any = 0,
         stack: bool = True,
@@ -108,6 +109,11 @@ class LoaderConfig:
         if num_workers is None and pool is None:
             num_workers = os.cpu_count() or 1
         seed = check_worker_args(num_workers, start_method, worker_init, seed, min_workers=0)
+        if pool is None:
+            start_method = thread_or(start_method, worker_method)
+        elif worker_method == "thread" and pool.start_method != "thread":
+            raise ValueError("worker_method='thread' conflicts with the pool's worker processes; "
+                             "leave worker_method unset when passing pool=")
         if pool is not None:
             from ._pool import Pool
 

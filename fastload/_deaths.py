@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ._messages import Death
-from ._pool import EXIT_UNGUARDED_MAIN, exit_code_name, unguarded_main_text
+from ._procs import EXIT_UNGUARDED_MAIN, exit_code_name, unguarded_main_text
 from .errors import WorkerDied
 
 __all__ = ["Death", "DeathPolicy", "Verdict", "MAX_KILLS_PER_SAMPLE"]

@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 __all__ = [
-    "Bell", "AddDataset", "AddDatasetFd", "Probe", "Attach", "Detach", "Stop",
+    "Bell", "AddDataset", "AddDatasetFd", "AddDatasetRef", "Probe", "Attach", "Detach", "Stop",
     "ProbeStarted", "LayoutFound", "ProbeEnded", "ProbeFailed", "BatchFailed", "Spill",
     "SpillFd", "Skipped", "Started", "DatasetFailed",
     "InitFailed", "Death",
@@ -55,6 +55,11 @@ class Bell(NamedTuple):
 class AddDataset(NamedTuple):
     cid: int
     payload: bytes  # the pickled dataset
+
+
+class AddDatasetRef(NamedTuple):
+    cid: int
+    key: int  # a thread worker's dataset: the user's object, kept by fastload._threads.put
 
 
 class AddDatasetFd(NamedTuple):

@@ -186,6 +186,18 @@ OPTIONS: tuple[Option, ...] = (
         "parent is single-threaded on Linux, else forkserver.",
     ),
     Option(
+        "worker_method", "process", '{"process", "thread"}',
+        "What the workers are. ``\"process\"``: worker processes (the dataset reaches them by "
+        "fork or pickled). ``\"thread\"``: threads of this process filling the same "
+        "zero-copy slots with the same batches: no process start, nothing pickled or copied "
+        "(the dataset is your object); fast when ``__getitem__`` releases the GIL (file reads, "
+        "image decoding, large NumPy operations), slow for pure-Python samples on a GIL build. "
+        "Global ``random``/``numpy.random`` state is shared by the threads: use "
+        ":func:`sample_rng`. A thread stuck in a sample cannot be killed: ``close()`` waits for "
+        "it 2 s, then leaves it (NOTE [thread workers] in fastload/_threads.py).",
+        one_of("process", "thread"),
+    ),
+    Option(
         "worker_init", None, "callable, optional",
         "Called once in each worker as ``worker_init(worker_id)`` before it loads anything.",
     ),

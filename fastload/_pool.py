@@ -15,8 +15,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
-import signal
-import sys
 import threading
 import weakref
 from collections import deque
@@ -25,9 +23,19 @@ from multiprocessing.reduction import send_handle
 from typing import Any, Protocol
 
 from . import _messages as m
+from . import _threads
 from ._frames import FrameReader
+from ._procs import (
+    _check_picklable_init,
+    _pickle_for_workers,
+    default_start_method,
+    exit_code_name,
+    preload_in_fork_server,
+    refuse_unguarded_main,
+    start_process,
+)
 from ._settings import PoolConfig
-from ._worker import worker_main
+from ._worker import thread_main, worker_main
 from .errors import WorkerDied
 
 __all__ = ["Pool", "PoolClient", "WorkerPool", "exit_code_name", "default_start_method"]
@@ -40,102 +48,6 @@ _REAP_TIMEOUT_S = 1.0
 _TERM_TIMEOUT_S = 1.0
 
 _PAGE = 4096
-
-_THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-#: Exit code of a fastload worker whose start re-ran a main module that builds a Loader or Pool
-#: at import time (NOTE [unguarded main]).
-EXIT_UNGUARDED_MAIN = 87
-
-
-def unguarded_main_text() -> str:
-    """What to tell a user whose script builds loaders outside ``if __name__ == "__main__":``."""
-    main = getattr(sys.modules.get("__main__"), "__file__", None)
-    where = f" ({main})" if main else ""
-    return (
-        "fastload's workers could not start: a worker started with 'spawn' or 'forkserver' "
-        f"imports your main module{where} again, and that module creates a fastload Loader or "
-        "Pool when it is imported. Put the code that creates and iterates loaders under "
-        "`if __name__ == \"__main__\":` (see 'Start methods' in README.md), or pass "
-        "start_method='fork' (Linux)."
-    )
-
-
-def preload_in_fork_server(ctx: Any) -> None:
-    """NOTE [forkserver leftovers] (fastload/_fsexit.py): add fastload._fsexit to the fork
-    server's preload list, unless the server runs already (its list is then fixed) or has it."""
-    try:
-        from multiprocessing import forkserver
-
-        server: Any = forkserver._forkserver  # private: read only, and guarded
-        preload = list(server._preload_modules)
-        if server._forkserver_pid is not None or "fastload._fsexit" in preload:
-            return
-    except (ImportError, AttributeError, TypeError):  # another Python's internals: leave them
-        return
-    # The default list is ["__main__"] (the server imports the main module once, its workers
-    # then start with it imported); keep whatever the user set.
-    ctx.set_forkserver_preload([*(preload or ["__main__"]), "fastload._fsexit"])
-
-
-def refuse_unguarded_main() -> None:
-    """NOTE [unguarded main]
-    Under spawn and forkserver a worker re-imports the user's main module before it runs
-    anything of ours (multiprocessing's ``_inheriting`` is set meanwhile). A script without a
-    ``__main__`` guard then builds a Loader inside its own worker, whose start fails with
-    multiprocessing's 60-line RuntimeError, once per worker and restart. Here, in a fastload
-    worker, that import ends the worker at once, silently, with EXIT_UNGUARDED_MAIN; the parent
-    raises one WorkerDied with this advice, and does not restart it again and again (see
-    fastload/_deaths.py). In any other bootstrapping process (another library's worker), the
-    same advice as a RuntimeError."""
-    proc = mp.current_process()
-    if not getattr(proc, "_inheriting", False):
-        return
-    if proc.name.startswith("fastload-worker-"):
-        # os._exit: forkserver's child loop turns a SystemExit into exit code 1
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError, AttributeError):
-                pass
-        os._exit(EXIT_UNGUARDED_MAIN)
-    raise RuntimeError(unguarded_main_text())
-
-
-def exit_code_name(code: int | None) -> str:
-    """``-11`` -> ``SIGSEGV(-11)``, ``3`` -> ``EXIT(3)`` (loky's _get_exitcode_name)."""
-    if code is None:
-        return "RUNNING"
-    if code < 0:
-        try:
-            return f"{signal.Signals(-code).name}({code})"
-        except ValueError:
-            return f"SIGNAL({code})"
-    return f"EXIT({code})"
-
-
-def default_start_method() -> str:
-    """``$FASTLOAD_START_METHOD`` if set; else fork when it is safe and available (fastest
-    start: no re-import, no pickling of the dataset), else forkserver (POSIX), else spawn.
-
-    fork is unsafe once the parent runs other threads (a lock held by another thread is
-    copied locked into the child), so a multi-threaded parent gets forkserver.
-    """
-    methods = mp.get_all_start_methods()
-    forced = os.environ.get("FASTLOAD_START_METHOD")
-    if forced:
-        if forced not in methods:
-            raise ValueError(
-                f"FASTLOAD_START_METHOD={forced!r} is not available here; choose one of {methods}"
-            )
-        return forced
-    if "fork" in methods and sys.platform.startswith("linux") and threading.active_count() == 1:
-        return "fork"
-    if "forkserver" in methods:
-        return "forkserver"
-    return "spawn"
-
 
 class PoolClient(Protocol):
     """What a pool needs of a loader registered with it (NOTE [pool callbacks] in _faults.py:
@@ -168,16 +80,19 @@ class WorkerPool:
     """
 
     def __init__(self, config: PoolConfig, first: tuple[int, Any] | None = None) -> None:
-        refuse_unguarded_main()
         num_workers, worker_init, seed = config.num_workers, config.worker_init, config.seed
+        #: NOTE [thread workers] (_threads.py): threads of this process, not processes
+        self.threads = config.start_method == "thread"
         method = config.start_method or default_start_method()
-        if method not in mp.get_all_start_methods():
-            raise ValueError(
-                f"start_method={method!r} is not available here; choose one of "
-                f"{mp.get_all_start_methods()}"
-            )
+        if not self.threads:
+            refuse_unguarded_main()
+            if method not in mp.get_all_start_methods():
+                raise ValueError(
+                    f"start_method={method!r} is not available here; choose one of "
+                    f"{mp.get_all_start_methods()}"
+                )
         self.start_method = method
-        self.ctx: Any = mp.get_context(method)  # typeshed: BaseContext lacks .Process
+        self.ctx: Any = None if self.threads else mp.get_context(method)  # typeshed: no .Process
         if method == "forkserver":
             preload_in_fork_server(self.ctx)
         self.num_workers = num_workers
@@ -187,21 +102,22 @@ class WorkerPool:
         self.lock = threading.RLock()
         self.clients: weakref.WeakValueDictionary[int, PoolClient] = weakref.WeakValueDictionary()
         self.payloads: dict[int, bytes] = {}  # cid -> pickled dataset, kept for restarts
+        self.refs: dict[int, int] = {}  # cid -> its dataset's key (thread workers: _threads.put)
         self.inbox: dict[int, deque[tuple[int, Any]]] = {}  # cid -> (worker, message)
         self.incarnation = [0] * num_workers
         self.started = [False] * num_workers  # said Started (NOTE [worker protocol])
         # The first client of a private pool: inherited under fork, pickled once otherwise.
-        if worker_init is not None and method != "fork":
+        if worker_init is not None and method not in ("fork", "thread"):
             _check_picklable_init(worker_init, method)
         self._first_cid = -1 if first is None else first[0]
         self._first: Any = None if first is None else first[1]
-        self._first_pickled = method != "fork"
+        self._first_pickled = method not in ("fork", "thread")
         if first is not None and self._first_pickled:
             self._first = _pickle_for_workers(first[1], method)
         if first is not None:
             self.inbox[first[0]] = deque()
         # PDEATHSIG fires when the *thread* that forked exits: only arm it from the main thread.
-        self._pdeathsig = threading.current_thread() is threading.main_thread()
+        self._pdeathsig = not self.threads and threading.current_thread() is threading.main_thread()
         from . import _ring
         from ._region import SharedRegion
 
@@ -227,6 +143,11 @@ class WorkerPool:
             self.inbox.setdefault(cid, deque())
             if cid == self._first_cid:
                 return
+            if self.threads:  # NOTE [thread workers]: the user's object, by reference
+                key = self.refs[cid] = _threads.put(dataset)
+                for i in range(self.num_workers):
+                    self.send(i, m.AddDatasetRef(cid, key))
+                return
             try:
                 payload = pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as e:
@@ -246,6 +167,9 @@ class WorkerPool:
         with self.lock:
             self.clients.pop(cid, None)
             self.payloads.pop(cid, None)
+            key = self.refs.pop(cid, None)
+            if key is not None:
+                _threads.drop(key)
             self.inbox.pop(cid, None)
             if self.closed:
                 return
@@ -324,51 +248,22 @@ class WorkerPool:
 
     # -- workers -----------------------------------------------------------------------------
     def start_worker(self, i: int) -> None:
-        parent_conn, child_conn = self.ctx.Pipe(duplex=True)
         self.started[i] = False
-        p = self.ctx.Process(
-            target=worker_main,
-            args=(
-                i,
-                self.num_workers,
-                child_conn,
-                self._first_cid,
-                self._first,
-                self._first_pickled,
-                self.worker_init,
-                self.seed,
-                0 if self.start_method == "forkserver" else os.getpid(),
-                self._pdeathsig,
-            ),
-            name=f"fastload-worker-{i}",
-            daemon=True,
-        )
-        saved = {k: os.environ.get(k) for k in _THREAD_ENV}
-        # Block SIGINT while starting: the child inherits the mask (fork and exec alike), so a
-        # Ctrl+C that reaches it before worker_main ignores SIGINT stays pending and is then
-        # discarded, instead of printing a KeyboardInterrupt traceback from a half-started
-        # worker. The parent gets its own pending SIGINT as soon as the mask is restored.
-        mask = _block_sigint()
-        try:
-            for k in _THREAD_ENV:  # before the child imports NumPy (spawn/forkserver)
-                os.environ.setdefault(k, "1")
-            p.start()
-        except BaseException:
-            parent_conn.close()  # no process: its pipe goes too (check() tries again)
-            child_conn.close()
-            raise
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-            _restore_sigmask(mask)
-        child_conn.close()
+        args = (i, self.num_workers, self._first_cid, self._first, self._first_pickled,
+                self.worker_init, self.seed,
+                0 if self.start_method == "forkserver" else os.getpid(), self._pdeathsig)
+        if self.threads:  # NOTE [thread workers] (_threads.py): a thread of this process
+            p, conn = _threads.start_thread(thread_main, args)
+        else:
+            p, conn = start_process(self.ctx, worker_main, args)
         self.procs[i] = p
-        self.conns[i] = parent_conn
-        self.readers[i] = FrameReader(parent_conn)
+        self.conns[i] = conn
+        self.readers[i] = FrameReader(conn)
         self.send(i, m.Bell(self.bell_region.nbytes), self.bell_region.fd)
         for cid, payload in self.payloads.items():
             self.send(i, m.AddDataset(cid, payload))
+        for cid, key in self.refs.items():
+            self.send(i, m.AddDatasetRef(cid, key))
 
     def sentinels(self) -> dict[int, int]:
         return {p.sentinel: i for i, p in enumerate(self.procs) if p is not None}
@@ -491,24 +386,15 @@ class WorkerPool:
             for p in procs:
                 if p.exitcode is None:
                     p.kill()
-            _join_all(procs, None)
+            # A thread cannot be killed (NOTE [thread workers]): one stuck in user code is
+            # left to end on its own (a daemon thread: it never blocks interpreter exit).
+            _join_all(procs, _TERM_TIMEOUT_S if self.threads else None)
             for i in range(self.num_workers):
                 self.discard(i)
             self.bell.close()
             self.bell_region.close()
             self.inbox.clear()
             self.payloads.clear()
-
-
-def _block_sigint() -> Any:
-    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover
-        return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-
-
-def _restore_sigmask(mask: Any) -> None:
-    if mask is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _join_all(procs: list[Any], timeout: float | None, readers: list[FrameReader] = ()) -> None:  # type: ignore[assignment]
@@ -536,30 +422,6 @@ def _join_all(procs: list[Any], timeout: float | None, readers: list[FrameReader
         alive = [p for p in alive if p.exitcode is None]
 
 
-def _check_picklable_init(worker_init: Any, method: str) -> None:
-    try:
-        pickle.dumps(worker_init)
-    except Exception as e:
-        raise TypeError(
-            f"fastload: worker_init={worker_init!r} cannot be pickled for start_method={method!r} "
-            f"({type(e).__name__}: {e}); define it at module level, or use start_method='fork'"
-        ) from e
-
-
-def _pickle_for_workers(dataset: Any, method: str) -> bytes:
-    """Pickle the dataset once for every worker; say what to do if it cannot be."""
-    try:
-        return pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as e:
-        raise TypeError(
-            f"fastload: the dataset {type(dataset).__qualname__} cannot be pickled for "
-            f"start_method={method!r} ({type(e).__name__}: {e}). Workers started with "
-            f"{method!r} receive a pickled copy: keep unpicklable members (open files, locks, "
-            "lambdas) out of the dataset or create them lazily in __getitem__/worker_init, or use "
-            "start_method='fork'"
-        ) from e
-
-
 class Pool:
     """Worker processes shared by several loaders: ``Loader(dataset, ..., pool=pool)``.
 
@@ -581,8 +443,12 @@ class Pool:
     worker_init : callable, optional
         Called once in each worker as ``worker_init(worker_id)`` when it starts.
     seed : int, optional
-        Seeds each worker's global ``random`` and ``numpy.random`` state (per worker id); random
-        if None. Shuffling and :func:`fastload.sample_rng` follow each loader's own seed.
+        Seeds each worker process's global ``random`` and ``numpy.random`` state (per worker
+        id); random if None. Shuffling and :func:`fastload.sample_rng` follow each loader's own
+        seed.
+    worker_method : {"process", "thread"}
+        As for :class:`fastload.Loader`: ``"thread"`` runs the workers as threads of this
+        process, and loaders on it hand them their datasets as they are (never pickled).
 
     Examples
     --------
@@ -601,11 +467,12 @@ class Pool:
         worker_init: Any = None,
         *,
         seed: int | None = None,
+        worker_method: str = "process",
     ) -> None:
         from multiprocessing.util import Finalize
 
         self._workers: WorkerPool | None = None
-        config = PoolConfig.build(num_workers, start_method, worker_init, seed)
+        config = PoolConfig.build(num_workers, start_method, worker_init, seed, worker_method)
         self.seed = config.seed
         self._workers = WorkerPool(config)
         # Loaders' finalizers (exitpriority 10) run before this one at interpreter exit.

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SEED_LIMIT", "check_seed", "check_worker_args", "PoolConfig"]
+__all__ = ["SEED_LIMIT", "check_seed", "check_worker_args", "thread_or", "PoolConfig"]
 
 #: Seeds travel in each slot's task header as an int64 (NOTE [slot payload layout]).
 SEED_LIMIT = 2**63
@@ -43,12 +43,27 @@ class PoolConfig:
     @classmethod
     def build(
         cls, num_workers: int | None, start_method: str | None, worker_init: Any, seed: Any,
+        worker_method: Any = "process",
     ) -> PoolConfig:
         """A fastload.Pool's settings (num_workers None: os.cpu_count())."""
         if num_workers is None:
             num_workers = os.cpu_count() or 1
         seed = check_worker_args(num_workers, start_method, worker_init, seed, min_workers=1)
-        return cls(num_workers, start_method, worker_init, seed)
+        return cls(num_workers, thread_or(start_method, worker_method), worker_init, seed)
+
+
+def thread_or(start_method: str | None, worker_method: Any) -> str | None:
+    """The start method a pool runs: ``"thread"`` for thread workers (NOTE [thread workers] in
+    _threads.py), else the process start method as given."""
+    if worker_method not in ("process", "thread"):
+        raise ValueError(f"worker_method must be 'process' or 'thread', got {worker_method!r}")
+    if worker_method == "process":
+        return start_method
+    if start_method is not None:
+        raise ValueError(
+            f"start_method={start_method!r} applies to worker processes; worker_method='thread' "
+            "runs the workers as threads of this process: leave start_method unset")
+    return "thread"
 
 
 def check_worker_args(

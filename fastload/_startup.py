@@ -40,8 +40,12 @@ def start_workers(cid: int, dataset: Any, cfg: Any, plan: Any, passes: Passes,
     """The workers of client ``cid``: its dataset as the workers get it (NOTE [shared
     datasets] in _share.py), a pool (``pool``'s, or a private one started now) and the
     mailbox of its pipes, in a Startup. The caller registers itself with the pool."""
-    fork = pool is None and (cfg.start_method or default_start_method()) == "fork"
-    sharing = share_dataset(dataset, "fork" if fork else "pickled", cfg.share_dataset)
+    method = cfg.start_method or default_start_method()
+    fork = pool is None and method in ("fork", "thread")
+    threads = method == "thread" or (pool is not None and pool.check_usable().threads)
+    # thread workers use the dataset itself: nothing to share (NOTE [thread workers])
+    sharing = share_dataset(dataset, "fork" if fork else "pickled",
+                            cfg.share_dataset and not threads)
     sharing.tag(cid)
     workers = (pool.check_usable() if pool is not None
                else WorkerPool(cfg.pool_config(), (cid, sharing.dataset)))

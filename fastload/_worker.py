@@ -131,6 +131,45 @@ def worker_main(
     os._exit(0)
 
 
+def thread_main(
+    worker_id: int,
+    num_workers: int,
+    conn: Connection,
+    first_cid: int,
+    first_payload: Any,
+    pickled: bool,
+    worker_init: Any,
+    seed: int,
+    parent_pid: int,
+    pdeathsig: bool,
+) -> None:
+    """Entry point of a worker thread (NOTE [thread workers] in _threads.py): worker_main's
+    loop without what belongs to a process (signals, the parent watchdog, global RNG seeding,
+    os._exit). The first dataset is the user's object."""
+    worker = _Worker(worker_id, num_workers, conn, seed)
+    try:
+        try:
+            if first_cid >= 0:
+                worker.add_client(first_cid, first_payload)
+            set_worker_info(
+                worker.clients[first_cid].info if first_cid >= 0
+                else WorkerInfo(worker_id, num_workers, seed, None)
+            )
+            if worker_init is not None:
+                worker_init(worker_id)
+        except Exception as e:
+            conn.send(m.InitFailed(pack_exception(e, None, worker_id)))
+            raise SystemExit(1) from None
+        conn.send(m.Started(worker_id))
+        worker.run()
+    finally:
+        for client in list(worker.clients.values()):
+            client.detach()
+        if worker.bell_region is not None:
+            worker.bell_region.close()
+        conn.close()
+
+
 def _drain_and_close(conn: Connection) -> None:
     """Read what the parent already sent before closing: closing a socket with unread data
     resets the connection, and the parent would lose the message we just sent.
@@ -446,6 +485,14 @@ class _Worker:
             fd = recv_handle(self.conn)
             self.bell_region = SharedRegion.attach(fd, msg.nbytes)
             self.bell = Bell(self.bell_region.mm)
+            return True
+        if isinstance(msg, m.AddDatasetRef):  # a thread worker: the user's object itself
+            from . import _threads
+
+            try:
+                self.add_client(msg.cid, _threads.get(msg.key))
+            except BaseException as e:
+                self.conn.send(m.DatasetFailed(msg.cid, pack_exception(e, None, self.worker_id)))
             return True
         if isinstance(msg, (m.AddDataset, m.AddDatasetFd)):
             try:

@@ -185,6 +185,7 @@ class Loader:
         num_workers: int | None = None,
         prefetch: int = 2,
         start_method: str | None = None,
+        worker_method: str = "process",
         worker_init: Any = None,
         timeout: float | None = None,
         max_held: int = 3,
@@ -244,6 +245,7 @@ class Loader:
         cfg = LoaderConfig.build(
             n, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
             num_workers=num_workers, prefetch=prefetch, start_method=start_method,
+            worker_method=worker_method,
             worker_init=worker_init, timeout=timeout, max_held=max_held, copy=copy,
             on_worker_death=on_worker_death, shard=shard, return_mask=return_mask,
             batch_plan=batch_plan, on_stall=on_stall, pool=pool, ragged=ragged,
@@ -267,9 +269,16 @@ class Loader:
 
     @property
     def start_method(self) -> str | None:
-        """The start method in use (None when there are no worker processes)."""
+        """The start method in use (None when there are no workers; ``"thread"`` for thread
+        workers)."""
         e = self._engine
         return None if e is None or e.pool is None else e.pool.start_method
+
+    @property
+    def worker_method(self) -> str:
+        """``"thread"`` when the workers are threads of this process, else ``"process"``
+        (also with ``num_workers=0``)."""
+        return "thread" if self.start_method == "thread" else "process"
 
     def __len__(self) -> int:
         assert self._engine is not None

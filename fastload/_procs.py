@@ -1,0 +1,179 @@
+"""Starting worker processes: the start method, the main-module guard, pickling for spawn and
+forkserver, and the signal mask and environment a worker starts with (the pool's side of
+fastload/_worker.py's ``worker_main``)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+__all__ = ["EXIT_UNGUARDED_MAIN", "default_start_method", "exit_code_name",
+           "preload_in_fork_server", "refuse_unguarded_main", "start_process",
+           "unguarded_main_text"]
+
+_THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+#: Exit code of a fastload worker whose start re-ran a main module that builds a Loader or Pool
+#: at import time (NOTE [unguarded main]).
+EXIT_UNGUARDED_MAIN = 87
+
+
+def unguarded_main_text() -> str:
+    """What to tell a user whose script builds loaders outside ``if __name__ == "__main__":``."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    where = f" ({main})" if main else ""
+    return (
+        "fastload's workers could not start: a worker started with 'spawn' or 'forkserver' "
+        f"imports your main module{where} again, and that module creates a fastload Loader or "
+        "Pool when it is imported. Put the code that creates and iterates loaders under "
+        "`if __name__ == \"__main__\":` (see 'Start methods' in README.md), or pass "
+        "start_method='fork' (Linux)."
+    )
+
+
+def preload_in_fork_server(ctx: Any) -> None:
+    """NOTE [forkserver leftovers] (fastload/_fsexit.py): add fastload._fsexit to the fork
+    server's preload list, unless the server runs already (its list is then fixed) or has it."""
+    try:
+        from multiprocessing import forkserver
+
+        server: Any = forkserver._forkserver  # private: read only, and guarded
+        preload = list(server._preload_modules)
+        if server._forkserver_pid is not None or "fastload._fsexit" in preload:
+            return
+    except (ImportError, AttributeError, TypeError):  # another Python's internals: leave them
+        return
+    # The default list is ["__main__"] (the server imports the main module once, its workers
+    # then start with it imported); keep whatever the user set.
+    ctx.set_forkserver_preload([*(preload or ["__main__"]), "fastload._fsexit"])
+
+
+def refuse_unguarded_main() -> None:
+    """NOTE [unguarded main]
+    Under spawn and forkserver a worker re-imports the user's main module before it runs
+    anything of ours (multiprocessing's ``_inheriting`` is set meanwhile). A script without a
+    ``__main__`` guard then builds a Loader inside its own worker, whose start fails with
+    multiprocessing's 60-line RuntimeError, once per worker and restart. Here, in a fastload
+    worker, that import ends the worker at once, silently, with EXIT_UNGUARDED_MAIN; the parent
+    raises one WorkerDied with this advice, and does not restart it again and again (see
+    fastload/_deaths.py). In any other bootstrapping process (another library's worker), the
+    same advice as a RuntimeError."""
+    proc = mp.current_process()
+    if not getattr(proc, "_inheriting", False):
+        return
+    if proc.name.startswith("fastload-worker-"):
+        # os._exit: forkserver's child loop turns a SystemExit into exit code 1
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os._exit(EXIT_UNGUARDED_MAIN)
+    raise RuntimeError(unguarded_main_text())
+
+
+def exit_code_name(code: int | None) -> str:
+    """``-11`` -> ``SIGSEGV(-11)``, ``3`` -> ``EXIT(3)`` (loky's _get_exitcode_name)."""
+    if code is None:
+        return "RUNNING"
+    if code < 0:
+        try:
+            return f"{signal.Signals(-code).name}({code})"
+        except ValueError:
+            return f"SIGNAL({code})"
+    return f"EXIT({code})"
+
+
+def default_start_method() -> str:
+    """``$FASTLOAD_START_METHOD`` if set; else fork when it is safe and available (fastest
+    start: no re-import, no pickling of the dataset), else forkserver (POSIX), else spawn.
+
+    fork is unsafe once the parent runs other threads (a lock held by another thread is
+    copied locked into the child), so a multi-threaded parent gets forkserver.
+    """
+    methods = mp.get_all_start_methods()
+    forced = os.environ.get("FASTLOAD_START_METHOD")
+    if forced:
+        if forced not in methods:
+            raise ValueError(
+                f"FASTLOAD_START_METHOD={forced!r} is not available here; choose one of {methods}"
+            )
+        return forced
+    if "fork" in methods and sys.platform.startswith("linux") and threading.active_count() == 1:
+        return "fork"
+    if "forkserver" in methods:
+        return "forkserver"
+    return "spawn"
+
+
+def start_process(ctx: Any, target: Callable[..., Any],
+                  args: tuple[Any, ...]) -> tuple[Any, Connection]:
+    """Start worker ``args[0]`` as a process running ``target`` (worker_main) with the pipe's
+    child end inserted as its third argument; the process and the parent's end."""
+    parent_conn, child_conn = ctx.Pipe(duplex=True)
+    p = ctx.Process(target=target, args=(*args[:2], child_conn, *args[2:]),
+                    name=f"fastload-worker-{args[0]}", daemon=True)
+    saved = {k: os.environ.get(k) for k in _THREAD_ENV}
+    # Block SIGINT while starting: the child inherits the mask (fork and exec alike), so a
+    # Ctrl+C that reaches it before worker_main ignores SIGINT stays pending and is then
+    # discarded, instead of printing a KeyboardInterrupt traceback from a half-started
+    # worker. The parent gets its own pending SIGINT as soon as the mask is restored.
+    mask = _block_sigint()
+    try:
+        for k in _THREAD_ENV:  # before the child imports NumPy (spawn/forkserver)
+            os.environ.setdefault(k, "1")
+        p.start()
+    except BaseException:
+        parent_conn.close()  # no process: its pipe goes too (check() tries again)
+        child_conn.close()
+        raise
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+        _restore_sigmask(mask)
+    child_conn.close()
+    return p, parent_conn
+
+
+def _block_sigint() -> Any:
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def _restore_sigmask(mask: Any) -> None:
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _check_picklable_init(worker_init: Any, method: str) -> None:
+    try:
+        pickle.dumps(worker_init)
+    except Exception as e:
+        raise TypeError(
+            f"fastload: worker_init={worker_init!r} cannot be pickled for start_method={method!r} "
+            f"({type(e).__name__}: {e}); define it at module level, or use start_method='fork'"
+        ) from e
+
+
+def _pickle_for_workers(dataset: Any, method: str) -> bytes:
+    """Pickle the dataset once for every worker; say what to do if it cannot be."""
+    try:
+        return pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:
+        raise TypeError(
+            f"fastload: the dataset {type(dataset).__qualname__} cannot be pickled for "
+            f"start_method={method!r} ({type(e).__name__}: {e}). Workers started with "
+            f"{method!r} receive a pickled copy: keep unpicklable members (open files, locks, "
+            "lambdas) out of the dataset or create them lazily in __getitem__/worker_init, or use "
+            "start_method='fork'"
+        ) from e
