@@ -175,6 +175,7 @@ class ComputeDataset(_LazyDataset):
 
     _data_attrs = ("_blocks", "_scratch")
     BLOCKS = 8
+    # (the scratch buffer is per thread: thread workers share the dataset object)
     ROWS = 224  # ~1 ms per sample on a 2020s x86 server core
 
     def __init__(self, n: int, seed: int = 0, rows: int | None = None) -> None:
@@ -183,17 +184,50 @@ class ComputeDataset(_LazyDataset):
 
     def _build(self, rng: np.random.Generator) -> None:
         self._blocks = rng.standard_normal((self.BLOCKS, self.rows, 1024), dtype=np.float32)
-        self._scratch = np.empty((self.rows, 1024), np.float32)
+        self._scratch = threading.local()
 
     def __getitem__(self, i: int) -> np.ndarray:
         self._ensure()
         i = self._check(i)
-        y = self._scratch
+        y = getattr(self._scratch, "y", None)
+        if y is None:
+            y = self._scratch.y = np.empty((self.rows, 1024), np.float32)
         np.multiply(self._blocks[i % self.BLOCKS], np.float32(1.0 + (i % 7) * 0.01), out=y)
         np.sin(y, out=y)
         np.cumsum(y, axis=1, out=y)
         y.sort(axis=1)
         return y.mean(axis=0, dtype=np.float32)
+
+
+class DecodeDataset(_LazyDataset):
+    """``(uint8 (224, 224, 3) image, int64 label)`` decoded by Pillow from one of 16 JPEGs of
+    256 x 256, then resized to 224 (the decoder releases the GIL: thread workers' case)."""
+
+    _data_attrs = ("_jpegs", "_labels")
+    POOL = 16
+
+    def _build(self, rng: np.random.Generator) -> None:
+        import io
+
+        from PIL import Image
+
+        self._jpegs = []
+        for _ in range(self.POOL):
+            pixels = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8).repeat(8, 0).repeat(8, 1)
+            buf = io.BytesIO()
+            Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
+            self._jpegs.append(buf.getvalue())
+        self._labels = rng.integers(0, 1000, self.n, dtype=np.int64)
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.int64]:
+        import io
+
+        from PIL import Image
+
+        self._ensure()
+        i = self._check(i)
+        with Image.open(io.BytesIO(self._jpegs[i % self.POOL])) as im:
+            return np.asarray(im.convert("RGB").resize((224, 224))), self._labels[i]
 
 
 class DictDataset(_LazyDataset):
@@ -306,16 +340,20 @@ WORKLOADS: dict[str, tuple[type, int, int, int]] = {
     "image": (ImageDataset, 128, 4096, 1024),
     "tiny": (TinyDataset, 256, 200_000, 20_000),
     "compute": (ComputeDataset, 64, 2048, 256),
+    "decode": (DecodeDataset, 64, 2048, 256),
     "dict": (DictDataset, 256, 50_000, 5_000),
     "memmap": (MemmapDataset, 256, 2 << 30 >> 12, 64 << 20 >> 12),  # 2 GiB / 64 MiB of rows
 }
 
 LOADERS = ("fastload", "fastload-1w", "torch", "single", "getitem", "memcpy-warm", "memcpy-fresh",
-           "fastload-noshare")
+           "fastload-noshare", "fastload-thread")
+#: The loaders that are fastload Loaders (``fastload-thread``: worker_method="thread").
+FASTLOAD_KINDS = ("fastload", "fastload-1w", "fastload-noshare", "fastload-thread")
 LOADER_LABEL = {
     "fastload": "fastload",
     "fastload-1w": "fastload",
     "fastload-noshare": "fastload, share_rows=False",
+    "fastload-thread": "fastload, worker threads",
     "torch": "torch DataLoader",
     "single": "single process",
     "getitem": "__getitem__ only",
@@ -329,7 +367,17 @@ def default_loaders(workload: str) -> list[str]:
     ``fastload-noshare`` (NOTE [pieces]: batches loaded by one worker each, as before)
     only when asked for."""
     return [x for x in LOADERS
-            if (x != "fastload-1w" or workload == "compute") and x != "fastload-noshare"]
+            if (x != "fastload-1w" or workload == "compute")
+            and x not in ("fastload-noshare", "fastload-thread")]
+
+
+def have_pillow() -> bool:
+    """Whether the ``decode`` workload can run (it decodes JPEGs with Pillow)."""
+    try:
+        import PIL  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def make_dataset(workload: str, n: int | None = None, seed: int = 0) -> Any:
@@ -741,12 +789,14 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
     pss_before = _pss_kib(os.getpid())
     loader: Any = None
     t_construct = clock()
-    if kind in ("fastload", "fastload-1w", "fastload-noshare"):
+    if kind in FASTLOAD_KINDS:
         import fastload
 
+        how: dict[str, Any] = ({"worker_method": "thread"} if kind == "fastload-thread"
+                               else {"start_method": case.get("start_method")})
         loader = fastload.Loader(
             ds, bs, shuffle=shuffle, seed=seed, num_workers=workers, prefetch=prefetch,
-            start_method=case.get("start_method"), share_rows=kind != "fastload-noshare",
+            share_rows=kind != "fastload-noshare", **how,
         )
         extra["start_method"] = loader.start_method
         make_iter: Callable[[int], Iterator[Any]] = lambda e: iter(loader)  # noqa: E731
@@ -867,7 +917,7 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
                 progress(e + 1, epochs)
     finally:
         t_close = clock()
-        if kind in ("fastload", "fastload-1w", "fastload-noshare"):
+        if kind in FASTLOAD_KINDS:
             try:
                 extra["stats"] = {k: v for k, v in loader.stats().items() if k != "ring"}
             except Exception:
@@ -892,8 +942,7 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
         "n": n,
         "batch_size": bs,
         "epochs": epochs,
-        "workers": workers if kind in ("fastload", "fastload-1w", "fastload-noshare",
-                                       "torch") else 0,
+        "workers": workers if kind in (*FASTLOAD_KINDS, "torch") else 0,
         "prefetch": prefetch,
         "shuffle": shuffle,
         "epoch_ns": epoch_ns,
@@ -1193,7 +1242,7 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) 
 
 def loader_label(s: dict[str, Any]) -> str:
     label = LOADER_LABEL[s["loader"]]
-    if s["loader"] in ("fastload", "fastload-1w", "fastload-noshare", "torch") and s.get("workers"):
+    if s["loader"] in (*FASTLOAD_KINDS, "torch") and s.get("workers"):
         label += f" ({s['workers']}w, {s.get('start_method') or '?'})"
     return label
 

@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         return render_from_json(args.render, args.out)
 
     workloads = list(_bench.WORKLOADS) if args.workload == "all" else [args.workload]
+    if args.workload == "all" and not _bench.have_pillow():
+        workloads.remove("decode")  # (needs Pillow: pip install pillow)
     have_torch = importlib.util.find_spec("torch") is not None
     if not have_torch:
         print("note: torch is not installed; skipping the torch DataLoader", file=sys.stderr)
