@@ -60,6 +60,7 @@ class Setting:
     rates: list[float] = field(default_factory=list)  # samples/s, one per repeat
     main_cpu: list[float] = field(default_factory=list)  # main-process CPU s per sample
     threads: int | None = None  # threads of worker 0 at the end (None: no worker)
+    method: str = "process"  # worker_method (NOTE [thread workers] in _threads.py)
 
     @property
     def rate(self) -> float:
@@ -70,7 +71,7 @@ class Setting:
         if self.workers == 0:
             return "single process (num_workers=0)"
         extra = f", prefetch={self.prefetch}" if self.prefetch is not None else ""
-        return f"num_workers={self.workers}{extra}"
+        return f"num_workers={self.workers}{extra}{', threads' * (self.method == 'thread')}"
 
 
 @dataclass
@@ -91,6 +92,8 @@ class Diagnosis:
     memory: dict[str, Any]
     warnings: list[str]
     advice: list[str]
+    threads: Setting | None = None  # the best count's rate with thread workers, if measured
+    recommended_method: str = "process"  # "thread": thread workers do as well (or better)
 
     @property
     def best(self) -> Setting:
@@ -99,6 +102,8 @@ class Diagnosis:
     def kwargs(self) -> dict[str, Any]:
         """The recommended ``fastload.Loader`` keyword arguments."""
         kw: dict[str, Any] = {"num_workers": self.recommended_workers}
+        if self.recommended_method == "thread":
+            kw["worker_method"] = "thread"
         if self.recommended_prefetch is not None:
             kw["prefetch"] = self.recommended_prefetch
         return kw
@@ -107,11 +112,11 @@ class Diagnosis:
         """The report, at most 80 columns wide."""
         single = next((s for s in self.settings if s.workers == 0), None)
         out = [f"{'setting':<34}{'samples/s':>12}{'vs single':>11}{'main CPU/sample':>17}"]
-        for s in [*self.settings, *self.prefetch]:
+        for s in [*self.settings, *self.prefetch, *([self.threads] if self.threads else [])]:
             vs = f"{s.rate / single.rate:.2f}x" if single and single.rate else "-"
             cpu = f"{statistics.median(s.main_cpu) * 1e6:,.1f} us" if s.main_cpu else "-"
-            mark = " *" if (s.workers == self.recommended_workers
-                            and s.prefetch == self.recommended_prefetch) else ""
+            rec = (self.recommended_workers, self.recommended_method, self.recommended_prefetch)
+            mark = " *" if (s.workers, s.method, s.prefetch) == rec else ""
             out.append(f"{s.label + mark:<34}{s.rate:>12,.0f}{vs:>11}{cpu:>17}")
         out.append("")
         out.append("where a sample's time goes (one process):")
@@ -257,7 +262,7 @@ def _measure(ds: Any, bs: int, s: Setting, seconds: float, loader_kw: dict[str, 
     """One run of setting ``s``: appends its steady rate and the main CPU per sample."""
     from .loader import Loader
 
-    kw = dict(loader_kw)
+    kw = dict(loader_kw, worker_method=s.method)
     if s.prefetch is not None:
         kw["prefetch"] = s.prefetch
     warm = max(2, 2 * s.workers)  # batches: start-up, the first samples, the pipeline filling
@@ -280,7 +285,7 @@ def _measure(ds: Any, bs: int, s: Setting, seconds: float, loader_kw: dict[str, 
                 # ``for batch in loader:`` loop (with num_workers=0 that decides whether its
                 # memory can be reused or fresh pages are mapped for every batch)
             elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-            if s.workers and ld._worker_pids():
+            if s.workers and s.method == "process" and ld._worker_pids():
                 pid = ld._worker_pids()[0]
                 s.threads = _threads_of(pid) if pid else None
             stats = ld.stats()
@@ -391,7 +396,7 @@ def doctor(dataset: Any, batch_size: int = 64, workers: list[int] | int | None =
     others_before = _others_cpus(0.5)
     busy0, own0, wall0 = _busy_cpu_s(), _own_cpu_s(), time.perf_counter()
     alive = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
-    steps = 1 + repeat * (1 + len(counts)) + 2 * repeat + 1
+    steps = 1 + repeat * (1 + len(counts)) + 3 * repeat + 1
     progress = _Progress(steps, quiet)
 
     # What runs in this process (the timing of __getitem__, num_workers=0) runs on a copy, as a
@@ -417,6 +422,7 @@ def doctor(dataset: Any, batch_size: int = 64, workers: list[int] | int | None =
 
     rec_prefetch: int | None = None
     pre: list[Setting] = []
+    threads: Setting | None = None  # worker_method="thread" at the best count
     if best.workers:
         import inspect
 
@@ -430,6 +436,11 @@ def doctor(dataset: Any, batch_size: int = 64, workers: list[int] | int | None =
                 _measure(dataset, bs, s, seconds, loader_kwargs, found)
         if pre[1].rate > pre[0].rate / NEAR_BEST:
             rec_prefetch = pre[1].prefetch
+        if "start_method" not in loader_kwargs:  # threads at that count: as fast, no processes?
+            threads = Setting(best.workers, rec_prefetch, method="thread")
+            for r in range(repeat):
+                progress(f"run {r + 1}/{repeat}: {threads.label}")
+                _measure(dataset, bs, threads, seconds, loader_kwargs, found)
     progress("memory per worker over two epochs")
     # at the recommended worker count; if that is the single process, at the best count of
     # workers (what workers would cost, if the user runs them where CPUs are free)
@@ -445,8 +456,15 @@ def doctor(dataset: Any, batch_size: int = 64, workers: list[int] | int | None =
     warn = _warnings(local, settings + pre, memory, found, cpus, others_before, others_during,
                      alive, best, loader_kwargs)
     advice = _advice(dataset, per, per_many, settings, best, cpus, others_during)
+    method = "thread" if threads and threads.rate >= NEAR_BEST * max(
+        s.rate for s in settings + pre) else "process"
+    if threads is not None:
+        advice.append(f"worker threads (worker_method='thread') at num_workers={best.workers}: "
+                      f"{threads.rate / best.rate:.2f}x the processes' rate; "
+                      + ("as fast with no worker processes: recommended" if method == "thread"
+                         else "slower here (__getitem__ holds the GIL): keep processes"))
     return Diagnosis(n, bs, cpus, per, p90, per_many, settings, pre, best.workers, rec_prefetch,
-                     cheaper, memory, warn, advice)
+                     cheaper, memory, warn, advice, threads, method)
 
 
 def _warnings(ds: Any, settings: list[Setting], memory: dict[str, Any], found: list[str],

@@ -334,6 +334,7 @@ class Engine:
         self.layout = layout = self.startup.wait_layout(p, self._check_workers)
         assert self.pool is not None
         slots = self.sched.start(layout, self.counters, self.pool.bell)
+        slots.threads = self.pool.threads  # (its messages name threads as such)
         if self.closed:  # by another thread, which may have looked at self.slots before it was
             slots.close()  # set (close() sets closed first): never leave a region behind
             self.sched.slots = None

@@ -142,6 +142,7 @@ class SlotTable:
         self.inflight: deque[Task] = deque()
         self.seq = 0
         self.counters = counters  # the loader's stats(): copied_batches
+        self.threads = False  # its workers are threads (NOTE [thread workers] in _threads.py)
 
     # -- queueing ----------------------------------------------------------------------------
     def can_queue(self, depth: int) -> bool:
@@ -301,6 +302,10 @@ class SlotTable:
                     out.append((s, info["epoch"], int(idx[row]) if len(idx) else None))
         return out
 
+    def _who(self, worker: int, pid: int) -> str:
+        return (f"worker thread {worker} (fastload-worker-{worker})" if self.threads
+                else f"worker {worker} (pid {pid})")
+
     def why_late(self, slot: int) -> str:
         """What the batch in ``slot`` is waiting for: which worker loads which sample, or none."""
         info = self.ring.slot_info(slot)
@@ -308,7 +313,7 @@ class SlotTable:
         loading = self.loaders(slot) if info["state"] == _ring.QUEUED else []
         if loading:
             idx = self.map.indices(slot, count)
-            who = [f"worker {w} (pid {pid}) has been loading sample index "
+            who = [f"{self._who(w, pid)} has been loading sample index "
                    f"{int(idx[first + min(done, n - 1)])} (row {first + min(done, n - 1)} of "
                    f"{count} in this batch)" for w, pid, first, n, done in loading[:8]]
             return f"{', '.join(who)}{' ...' if len(loading) > 8 else ''} for too long"

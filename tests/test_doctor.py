@@ -13,8 +13,9 @@ import sys
 import pytest
 
 import fastload
+from fastload._doctor import NEAR_BEST
 from helpers import MP_TIMEOUT
-from helpers.doctor_data import NotMapStyle, PythonFloats, Rows, Strings, Threads
+from helpers.doctor_data import NotMapStyle, PythonFloats, Rows, Sleepy, Strings, Threads
 
 QUICK = dict(seconds=0.2, repeat=1, memory_seconds=5, quiet=True)
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -53,7 +54,7 @@ def test_the_report_is_narrow_and_says_what_each_column_is():
         assert words in text
     assert "samples/s: median over repeats" in text  # the legend
     rows = text.split("\n\n")[0].splitlines()[1:]  # the settings measured
-    assert len(rows) == len(d.settings) + len(d.prefetch)
+    assert len(rows) == len(d.settings) + len(d.prefetch) + (d.threads is not None)
     assert sum(" *" in r for r in rows) == 1  # the recommended setting is marked, once
 
 
@@ -171,3 +172,21 @@ def test_plot_writes_a_png(tmp_path):
     d = fastload.doctor(Rows(64), 32, [], **QUICK)
     _doctor._plot(d, str(tmp_path / "out.png"))
     assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(MP_TIMEOUT)
+def test_it_measures_thread_workers_at_the_best_count_and_says_which_to_use():
+    # 2 ms samples that wait (GIL released): a worker setting wins, and threads are measured
+    d = fastload.doctor(Sleepy(128), 32, [2], **QUICK)
+    best = max(d.settings, key=lambda s: s.rate)
+    assert best.workers == 2, d.table()
+    t = d.threads
+    assert t is not None and (t.workers, t.method) == (best.workers, "thread")
+    assert len(t.rates) == 1 and t.rates[0] > 0
+    fastest = max(s.rate for s in d.settings + d.prefetch)
+    assert d.recommended_method == ("thread" if t.rate >= NEAR_BEST * fastest else "process")
+    assert d.kwargs().get("worker_method", "process") == d.recommended_method
+    assert any("worker threads" in a for a in d.advice)
+    assert "threads" in d.table()
+    with fastload.Loader(Rows(), 32, **d.kwargs()) as loader:
+        assert sum(len(b[0]) for b in loader) == 512

@@ -212,6 +212,7 @@ def test_a_timeout_names_the_sample_and_close_does_not_wait_for_a_stuck_thread(t
     lines = out.stdout.splitlines()
     assert lines[0] == "[0, 1, 2, 3]"
     assert lines[1].startswith("TIMEOUT") and "sample index 5" in lines[1], lines
+    assert "worker thread" in lines[1] and "fastload-worker-" in lines[1], lines
     closed = float(lines[2].split()[1])
     assert closed < 6, lines  # bounded (2 s per join step), not the sample's 600 s
     assert time.monotonic() - t0 < 30  # and the interpreter exited with the thread stuck

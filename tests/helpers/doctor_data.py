@@ -67,3 +67,14 @@ class PythonFloats:
 class NotMapStyle:
     def __iter__(self) -> Any:
         return iter(range(3))
+
+
+class Sleepy(Rows):
+    """Rows that take 2 ms each, waiting (the GIL released, as a file read): workers win,
+    threads as well as processes."""
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.int64]:
+        import time
+
+        time.sleep(0.002)
+        return super().__getitem__(i)
