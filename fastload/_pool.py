@@ -116,8 +116,6 @@ class WorkerPool:
             self._first = _pickle_for_workers(first[1], method)
         if first is not None:
             self.inbox[first[0]] = deque()
-        # PDEATHSIG fires when the *thread* that forked exits: only arm it from the main thread.
-        self._pdeathsig = not self.threads and threading.current_thread() is threading.main_thread()
         from . import _ring
         from ._region import SharedRegion
 
@@ -251,7 +249,10 @@ class WorkerPool:
         self.started[i] = False
         args = (i, self.num_workers, self._first_cid, self._first, self._first_pickled,
                 self.worker_init, self.seed,
-                0 if self.start_method == "forkserver" else os.getpid(), self._pdeathsig)
+                0 if self.start_method == "forkserver" else os.getpid(),
+                # PDEATHSIG fires when the *thread* that forks exits: armed only for a start
+                # from the main thread (a restart may run in any loader's thread)
+                not self.threads and threading.current_thread() is threading.main_thread())
         if self.threads:  # NOTE [thread workers] (_threads.py): a thread of this process
             p, conn = _threads.start_thread(thread_main, args)
         else:
