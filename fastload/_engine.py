@@ -307,23 +307,22 @@ class Engine:
                 raise
 
     def _wait_slot(self, slot: int, p: Pass) -> Any:
-        """The slot's result (RingIndex.await_result) once READY or FAILED (FREE: NOTE [pool
-        callbacks] in _faults.py). A batch that is there within the first step costs no
-        Deadline."""
+        """The slot's result (RingIndex.await_result) once READY or FAILED: a batch whose
+        worker died stays QUEUED (its pieces given back, or CLOSED if its pass ends: NOTE [pool
+        callbacks] in _faults.py), so each step checks the workers. A batch that is there
+        within the first step costs no Deadline."""
         slots = self.sched.slots
         assert slots is not None
         ring, first = slots.ring, self._first_wait
         got = ring.await_result(slot, first)
-        if got and got[0] != _ring.FREE:
+        if got:
             return got
         wait = Deadline(self.cfg.timeout, self.cfg.on_stall, elapsed=first if got is None else 0)
         while True:
-            self._check_workers(p)  # closed? dead workers? (it waits for the pool's lock: the
-            wait.check(lambda: slots.why_late(slot))  # verdict of a FREE slot is there then)
-            if got is not None:
-                time.sleep(0.001)  # never spin on a FREE slot
+            self._check_workers(p)  # closed? dead workers? (it waits for the pool's lock: a
+            wait.check(lambda: slots.why_late(slot))  # death's verdict is recorded by then)
             got = ring.await_result(slot, wait.step())
-            if got and got[0] != _ring.FREE:
+            if got:
                 return got
 
     # -- the region ---------------------------------------------------------------------------

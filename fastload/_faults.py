@@ -4,11 +4,11 @@ NOTE [pool callbacks]
 workers_died / workers_restarted run in whichever thread checks the pool (another loader's,
 maybe): they only record (``pending``, a pass's ``lost``), give back pieces (a CAS in C each)
 and send attach messages; the loader raises what they found, in its own thread (``raise_for``).
-A slot the loader waits on may so become FREE (its batch abandoned after its worker died): the
-wait then raises the verdict (the callback records it before the pool's lock is released). A
-batch prefetched for a pass not yet started is always re-queued, whatever ``on_worker_death``
-says: the loader judges the deaths that happened before an ``iter()`` at that ``iter()``, while
-the new pass is not yet live.
+A batch the loader waits on whose pieces were CLOSED (abandoned after its worker died) stays
+QUEUED: the wait's next check of the pool raises the verdict (the callback records it before
+the pool's lock is released). A batch prefetched for a pass not yet started is always
+re-queued, whatever ``on_worker_death`` says: the loader judges the deaths that happened
+before an ``iter()`` at that ``iter()``, while the new pass is not yet live.
 
 NOTE [skip accounting]
 ``on_error="skip"`` replacements are counted per pass (``Pass.skips``: ``max_skips`` applies to

@@ -155,11 +155,9 @@ class SlotTable:
         to workers ``owners`` (NOTE [first samples])."""
         slot = self.free.pop()
         k = self.map.write_task(slot, indices, seed)
-        if self.shared and target is None and owners is not None:
-            self.ring.queue(slot, self.seq, epoch, k, None, True, owners[:k])
-            self.shared_queued = True
-        else:
-            self.ring.queue(slot, self.seq, epoch, k, target)
+        shared = self.shared and target is None and owners is not None
+        self.ring.queue(slot, self.seq, epoch, k, target, shared, (owners or [])[:k] if shared else ())
+        self.shared_queued |= shared
         self.inflight.append(Task(self.seq, slot, epoch, batch, target))
         self.seq += 1
 
@@ -283,23 +281,23 @@ class SlotTable:
         return len(self.leased) - len(self.returner.freed)
 
     # -- what workers are doing --------------------------------------------------------------
-    def loaders(self, slot: int) -> list[tuple[int, int, int, int, int]]:
-        """The pieces of ``slot`` being loaded: (worker, pid, first row, rows, rows done)."""
-        return [(owner, pid, first, n, done)
-                for kind, owner, first, n, done, pid in self.ring.pieces(slot)
+    def loaders(self, slot: int, pieces: Any = None) -> list[tuple[int, int, int]]:
+        """(worker, pid, row being loaded) of each piece of ``slot`` being loaded (``pieces``:
+        RingIndex.pieces of it, if read already)."""
+        return [(owner, pid, first + min(done, max(n - 1, 0)))
+                for kind, owner, first, n, done, pid in
+                (self.ring.pieces(slot) if pieces is None else pieces)
                 if kind == _ring.PIECE_TAKEN]
 
     def claimed_by(self, worker: int) -> list[tuple[int, int, int | None]]:
         """(slot, epoch, sample index being loaded) of every piece ``worker`` is loading."""
         out = []
         for s in range(self.nslots):
-            mine = [p for p in self.loaders(s) if p[0] == worker]
-            if mine:
+            rows = [row for w, _, row in self.loaders(s) if w == worker]
+            if rows:
                 info = self.ring.slot_info(s)
                 idx = self.map.indices(s, info["count"])
-                for _, _, first, n, done in mine:
-                    row = first + min(done, max(n - 1, 0))
-                    out.append((s, info["epoch"], int(idx[row]) if len(idx) else None))
+                out += [(s, info["epoch"], int(idx[row]) if len(idx) else None) for row in rows]
         return out
 
     def _who(self, worker: int, pid: int) -> str:
@@ -310,15 +308,15 @@ class SlotTable:
         """What the batch in ``slot`` is waiting for: which worker loads which sample, or none."""
         info = self.ring.slot_info(slot)
         count = info["count"]
-        loading = self.loaders(slot) if info["state"] == _ring.QUEUED else []
+        pieces = self.ring.pieces(slot) if info["state"] == _ring.QUEUED else []
+        loading = self.loaders(slot, pieces)
         if loading:
             idx = self.map.indices(slot, count)
-            who = [f"{self._who(w, pid)} has been loading sample index "
-                   f"{int(idx[first + min(done, n - 1)])} (row {first + min(done, n - 1)} of "
-                   f"{count} in this batch)" for w, pid, first, n, done in loading[:8]]
+            who = [f"{self._who(w, pid)} has been loading sample index {int(idx[row])} (row "
+                   f"{row} of {count} in this batch)" for w, pid, row in loading[:8]]
             return f"{', '.join(who)}{' ...' if len(loading) > 8 else ''} for too long"
-        given = [(owner, first) for kind, owner, first, _, _, _ in self.ring.pieces(slot)
-                 if kind == _ring.PIECE_GIVEN] if info["state"] == _ring.QUEUED else []
+        given = [(owner, first) for kind, owner, first, _, _, _ in pieces
+                 if kind == _ring.PIECE_GIVEN]
         if given:  # NOTE [first samples] (_startup.py): each loads its sample before the ring
             idx = self.map.indices(slot, count)
             who = [f"worker {w} sample index {int(idx[r])} (row {r})" for w, r in given[:8]]

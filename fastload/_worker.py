@@ -113,15 +113,8 @@ def worker_main(
         drop_inherited(first_cid)
     worker = _Worker(worker_id, num_workers, conn, seed)
     try:
-        if first_cid >= 0:
-            worker.add_client(first_cid, pickle.loads(first_payload) if pickled else first_payload)
-        _seed_worker(seed, worker_id)
-        set_worker_info(
-            worker.clients[first_cid].info if first_cid >= 0
-            else WorkerInfo(worker_id, num_workers, seed, None)
-        )
-        if worker_init is not None:
-            worker_init(worker_id)
+        dataset = pickle.loads(first_payload) if pickled and first_cid >= 0 else first_payload
+        worker.begin(first_cid, dataset, worker_init, seed_globals=True)
     except BaseException as e:
         conn.send(m.InitFailed(pack_exception(e, None, worker_id)))
         _drain_and_close(conn)
@@ -149,14 +142,7 @@ def thread_main(
     worker = _Worker(worker_id, num_workers, conn, seed)
     try:
         try:
-            if first_cid >= 0:
-                worker.add_client(first_cid, first_payload)
-            set_worker_info(
-                worker.clients[first_cid].info if first_cid >= 0
-                else WorkerInfo(worker_id, num_workers, seed, None)
-            )
-            if worker_init is not None:
-                worker_init(worker_id)
+            worker.begin(first_cid, first_payload, worker_init, seed_globals=False)
         except Exception as e:
             conn.send(m.InitFailed(pack_exception(e, None, worker_id)))
             raise SystemExit(1) from None
@@ -425,6 +411,20 @@ class _Worker:
         self.mail_at = 0.0  # monotonic time of the next pipe check while busy
         self.bell: Any = None
         self.bell_region: Any = None
+
+    def begin(self, first_cid: int, dataset: Any, worker_init: Any, seed_globals: bool) -> None:
+        """Before a worker says Started (process or thread alike): the first loader's dataset
+        (``first_cid`` >= 0), the worker info, ``worker_init``; ``seed_globals``: seed the
+        global RNGs per worker (a process's own; a thread shares its process's). Raises what
+        fails."""
+        if first_cid >= 0:
+            self.add_client(first_cid, dataset)
+        if seed_globals:
+            _seed_worker(self.seed, self.worker_id)
+        set_worker_info(self.clients[first_cid].info if first_cid >= 0
+                        else WorkerInfo(self.worker_id, self.num_workers, self.seed, None))
+        if worker_init is not None:
+            worker_init(self.worker_id)
 
     def add_client(self, cid: int, dataset: Any) -> None:
         self.clients[cid] = _Client(self, cid, dataset)
