@@ -156,7 +156,8 @@ class SlotTable:
         slot = self.free.pop()
         k = self.map.write_task(slot, indices, seed)
         shared = self.shared and target is None and owners is not None
-        self.ring.queue(slot, self.seq, epoch, k, target, shared, (owners or [])[:k] if shared else ())
+        given = (owners or [])[:k] if shared else ()
+        self.ring.queue(slot, self.seq, epoch, k, target, shared, given)
         self.shared_queued |= shared
         self.inflight.append(Task(self.seq, slot, epoch, batch, target))
         self.seq += 1
