@@ -49,6 +49,12 @@ def _align(x: int) -> int:
     return (x + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
+def _is_path(key: str) -> bool:
+    """Whether a ``ragged=`` key is a leaf path as errors print it (``sample``,
+    ``sample[...]``, ``sample.name``) rather than a top-level key such as ``"samples"``."""
+    return key == "sample" or key.startswith(("sample[", "sample."))
+
+
 class Padded(NamedTuple):
     """A ``"pad"`` leaf: ``values`` of shape ``(B, *extent)``, each sample in its corner and
     ``pad_value`` elsewhere; ``lengths`` int64: ``(B,)`` for a 1-d leaf (each sample's
@@ -110,7 +116,7 @@ class SampleSpec:
                                     f"e.g. \"sample['tokens']\", or a top-level key), got {key!r}")
                 if mode not in MODES:
                     raise ValueError(f"ragged[{key!r}] must be one of {MODES}, got {mode!r}")
-                path = key if key.startswith("sample") else f"sample[{key!r}]"
+                path = key if _is_path(key) else f"sample[{key!r}]"
                 pairs.append((path, str(mode)))
             modes = tuple(pairs)
         else:

@@ -217,6 +217,14 @@ def test_a_misspelt_or_scalar_leaf_name_is_refused_at_the_first_sample():
             list(loader)
 
 
+def test_a_key_that_starts_with_sample_is_a_key_not_a_path():
+    ds = Listed([{"samples": np.arange(i + 1), "sample_rate": i} for i in range(3)])
+    with fastload.Loader(ds, 3, num_workers=0, ragged={"samples": "packed"}) as loader:
+        (batch,) = list(loader)
+    assert batch["samples"].offsets.tolist() == [0, 1, 3, 6]
+    assert batch["sample_rate"].tolist() == [0, 1, 2]
+
+
 @pytest.mark.timeout(MP_TIMEOUT)
 def test_without_memfd_an_oversized_batch_comes_in_a_temporary_file(monkeypatch, tmp_path):
     # macOS has no memfd_create: the batch goes in an unlinked temporary file, whose fd is sent
