@@ -53,6 +53,8 @@ class LoaderConfig:
     on_error: str = "raise"  # NOTE [skipped samples] (_fill.py)
     max_skips: int | None = None  # per epoch, with on_error="skip"
     share_rows: bool = True  # NOTE [pieces] (csrc/fl_ring.c), where a batch allows it
+    seed_globals: bool | None = None  # NOTE [global RNGs] (_rngs.py)
+    assign: str = "any"  # "round_robin": batch b to worker b % num_workers
 
     @property
     def depth(self) -> int:
@@ -81,6 +83,8 @@ class LoaderConfig:
         on_error: Any = "raise",
         max_skips: Any = None,
         share_rows: bool = True,
+        seed_globals: bool | None = None,
+        assign: str = "any",
     ) -> LoaderConfig:
         """Validate a Loader's arguments (``pool``: a fastload.Pool or None; ``n``: the
         dataset's length, None for a plain iterable)."""
@@ -89,7 +93,7 @@ class LoaderConfig:
             timeout=timeout, max_held=max_held, copy=copy, on_worker_death=on_worker_death,
             return_mask=return_mask, batch_plan=batch_plan, on_stall=on_stall, stack=stack,
             share_dataset=share_dataset, on_error=on_error, max_skips=max_skips,
-            share_rows=share_rows,
+            share_rows=share_rows, seed_globals=seed_globals, assign=assign,
         ))
         if c["max_skips"] is not None and on_error != "skip":
             raise ValueError("max_skips applies with on_error='skip' (samples that raise "
@@ -142,7 +146,9 @@ class LoaderConfig:
             on_worker_death=on_worker_death,
             shard=rank_world, return_mask=c["return_mask"], batch_plan=batch_plan,
             on_stall=on_stall, sample_spec=sample_spec, share_dataset=c["share_dataset"],
-            on_error=on_error, max_skips=max_skips, share_rows=c["share_rows"],
+            on_error=on_error, max_skips=max_skips,
+            share_rows=c["share_rows"] and c["assign"] == "any",
+            seed_globals=c["seed_globals"], assign=c["assign"],
         )
 
 

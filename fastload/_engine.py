@@ -36,6 +36,7 @@ from ._mailbox import Mailbox
 from ._memory import MemoryWatch
 from ._passes import Pass, Passes
 from ._pool import Pool, WorkerPool
+from ._rngs import mode_of
 from ._scheduler import Scheduler, may_share
 from ._share import Sharing, unshared
 from ._slots import SlotTable
@@ -100,6 +101,8 @@ class Engine:
         self.filler = filler_for(dataset, None, 0) if cfg.num_workers == 0 else None
         if self.filler is not None:
             self.filler.skip = cfg.on_error == "skip"
+            self.filler.globals = mode_of(cfg.seed_globals, threads=False,
+                                          iterable=self.plan.iterable)  # NOTE [global RNGs]
         self.pool: WorkerPool | None = None
         self.mail: Mailbox | None = None
         self.startup: Startup | None = None  # the probe, the region (_startup.py)
@@ -405,7 +408,9 @@ class Engine:
         slots, out = self.slots, dict[str, Any](self.counters)
         out.update(held_batches=slots.held if slots else 0, nslots=self.cfg.nslots,
                    slot_bytes=self.layout.slot_bytes if self.layout is not None else None,
-                   shared_rows=bool(slots is not None and slots.shared))
+                   shared_rows=bool(slots is not None and slots.shared),
+                   # NOTE [global RNGs] (_rngs.py): known once the first sample has loaded
+                   seeded_globals=bool(self.layout is not None and self.layout.global_rng))
         if slots is not None and not slots.ring.closed:
             out["ring"] = slots.ring.stats()
         out["shared_dataset"] = list(self.sharing.converted) if self.sharing else []

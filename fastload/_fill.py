@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _rngs
 from ._ragged import RowError, VarImage
 from ._remote import pack_exception
 from .errors import LayoutMismatchError
@@ -132,11 +133,16 @@ class BatchFiller:
         self.skip = False  # on_error="skip" (NOTE [skipped samples])
         #: What the last fill replaced: (index, exception type, message, index loaded instead)
         self.skipped: list[tuple[int, str, str, int]] = []
+        #: NOTE [global RNGs] (_rngs.py): _rngs.OFF, DETECT or ON, for the first samples (the
+        #: probe, warm-ups); the batches follow what the layout says (``layout.global_rng``)
+        self.globals = _rngs.OFF
 
     def warm_up(self, index: int, seed: int, epoch: int) -> None:
         """Load sample ``index`` now and keep it (or its exception) for the batch that has it."""
         ctx = _local.ctx
         ctx[0], ctx[1], ctx[2] = seed, epoch, index
+        if self.globals:
+            _rngs.seed_globals(seed, epoch, index)
         try:
             self.warm[(seed, epoch, index)] = (True, self.dataset[index])
         except Exception as e:
@@ -165,9 +171,13 @@ class BatchFiller:
         ctx = _local.ctx
         ctx[0], ctx[1] = seed, epoch
         first: Exception | None = None
+        mode = self.globals
         try:
             for i in (index, *alternates):
                 ctx[2] = i
+                if mode:
+                    _rngs.seed_globals(seed, epoch, i)
+                    seeded = _rngs.fingerprint() if mode == _rngs.DETECT else None
                 try:
                     sample = self.dataset[i]
                 except Exception as e:
@@ -176,6 +186,9 @@ class BatchFiller:
                     first = first or e
                     continue
                 layout = BatchLayout(sample, batch_size, spec)
+                # NOTE [global RNGs]: did the sample draw from them? (then seed every sample)
+                layout.global_rng = mode == _rngs.ON or (
+                    mode == _rngs.DETECT and _rngs.fingerprint() != seeded)
                 self.warm[(seed, epoch, i)] = (True, sample)  # packed with its batch
                 return layout
         finally:
@@ -210,6 +223,8 @@ class BatchFiller:
                 samples: Any = _NONE
                 if self.getitems is not None:
                     batch = idx_list  # an error names the batch it was loading
+                    if layout.global_rng:  # NOTE [global RNGs]: one call, one seeding
+                        _rngs.seed_globals(seed, epoch, idx_list[0])
                     if not self.skip:
                         samples = self.getitems(idx_list)
                     else:
@@ -222,6 +237,8 @@ class BatchFiller:
                 else:  # one sample at a time, a kept first sample (NOTE [first samples]) as is
                     pack = packer.pack
                     ds = _Kept(self, seed, epoch) if self.warm else self.dataset
+                    if layout.global_rng:  # NOTE [global RNGs]
+                        ds = _rngs.Seeding(ds, seed, epoch)
                     if self.skip:
                         ds = _Skipping(self, ds, idx_list)
                     for row, index in enumerate(idx_list):
@@ -246,8 +263,8 @@ class BatchFiller:
         return image, None
 
     def fill_rows(self, packer: Any, slot: int, indices: Any, first: int, n: int, seed: int,
-                  epoch: int, ring: Any = None, piece: int = 0,
-                  pid: int = 0) -> tuple[int, bytes | None]:
+                  epoch: int, ring: Any = None, piece: int = 0, pid: int = 0,
+                  seeding: bool = False) -> tuple[int, bytes | None]:
         """Load rows [first, first + n) of a shared batch (fixed-shape leaves only) into
         ``slot``: (-1, None), or (the row that raised, its packed exception). With a ``ring``,
         the rows of piece ``piece`` loaded so far are recorded before each sample (stall and
@@ -255,6 +272,8 @@ class BatchFiller:
         ctx = _local.ctx
         ctx[0], ctx[1] = seed, epoch
         ds = _Kept(self, seed, epoch) if self.warm else self.dataset
+        if seeding:  # NOTE [global RNGs] (the layout's global_rng)
+            ds = _rngs.Seeding(ds, seed, epoch)
         pack, objects = packer.pack, list[Any]()
         row, index = first, None
         try:
@@ -274,10 +293,21 @@ class BatchFiller:
         """num_workers=0: (layout, batch) of the samples ``indices``, filled as a worker fills
         a slot, into a buffer of its own (the batch's arrays are views of it). ``layout`` None:
         the first sample sets it. Raises what the dataset raised, rebuilt as for a worker's."""
+        indices = np.ascontiguousarray(indices, dtype=np.int64)
+        # NOTE [global RNGs] (_rngs.py): the user's RNG states, as they were before the batch
+        saved = (_rngs.save() if self.globals and (layout is None or layout.global_rng)
+                 else None)
+        try:
+            return self._load(layout, indices, batch_size, seed, epoch, spec)
+        finally:
+            if saved is not None:
+                _rngs.restore(saved)
+
+    def _load(self, layout: Any, indices: Any, batch_size: int, seed: int, epoch: int,
+              spec: Any) -> Any:
         from ._pack import Packer
         from ._remote import raise_rebuilt
 
-        indices = np.ascontiguousarray(indices, dtype=np.int64)
         if layout is None:
             try:
                 alternates = indices[1:].tolist() if self.skip else ()

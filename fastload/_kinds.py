@@ -108,12 +108,17 @@ def plan_for(dataset: Any, kind: Kind, n: int | None, cfg: Any) -> EpochPlan:
     """The epoch plan of a loader's dataset of ``kind`` (``n``: its length) from its config."""
     if kind.iterable:
         return IterPlan(dataset, cfg.batch_size, cfg.num_workers, cfg.drop_last, cfg.seed)
+    plan: EpochPlan
     if kind.stream:
-        return StreamPlan(dataset, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
+        plan = StreamPlan(dataset, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
                           drop_last=cfg.drop_last, shard=cfg.shard)
-    assert n is not None
-    return EpochPlan(n, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
-                     drop_last=cfg.drop_last, shard=cfg.shard, batch_plan=cfg.batch_plan)
+    else:
+        assert n is not None
+        plan = EpochPlan(n, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
+                         drop_last=cfg.drop_last, shard=cfg.shard, batch_plan=cfg.batch_plan)
+    if cfg.assign == "round_robin" and cfg.num_workers > 1:  # torch's order of workers
+        plan.targeted, plan.round_robin = True, cfg.num_workers
+    return plan
 
 
 def filler_for(dataset: Any, worker_id: int | None, num_workers: int) -> BatchFiller:

@@ -77,6 +77,8 @@ class Probe(NamedTuple):
     report: bool = True  # False: load and keep the sample, reply nothing (NOTE [first samples])
     #: on_error="skip": the other samples of its batch, tried in turn if ``sample`` raises
     alternates: tuple[int, ...] = ()
+    #: NOTE [global RNGs] (fastload/_rngs.py): _rngs.OFF, DETECT or ON for this sample
+    globals: int = 0
 
 
 class Attach(NamedTuple):

@@ -101,6 +101,10 @@ def _positive_seconds(name: str, value: Any) -> Any:
     return value
 
 
+def _bool_or_none(name: str, value: Any) -> Any:
+    return None if value is None else boolean(name, value)
+
+
 def _callable_or_none(name: str, value: Any) -> Any:
     if value is not None and not callable(value):
         raise TypeError(f"{name} must be callable, got {type(value).__name__}")
@@ -385,6 +389,27 @@ OPTIONS: tuple[Option, ...] = (
         "one worker would; ``stats()[\"shared_rows\"]`` says whether it applies. NOTE "
         "[pieces] in csrc/fl_ring.c.",
         boolean,
+    ),
+    Option(
+        "seed_globals", None, "bool, optional",
+        "Seed the global RNGs (``random``, ``numpy.random``, torch's default generator if "
+        "torch is imported) before each sample from ``(seed, epoch, index)``, so augmentation "
+        "drawn from them inside ``__getitem__`` is reproducible for any ``num_workers``, as "
+        ":func:`sample_rng` is. ``None``: when the first sample draws from them (checked "
+        "once; ~6 us per sample from then on). ``False``: never (each worker's RNGs are seeded "
+        "once, from ``(seed, worker id)``). With ``num_workers=0`` your own RNG states are "
+        "restored after each batch. Not with thread workers (they share the process's RNGs: "
+        "use :func:`sample_rng`) or plain iterables. NOTE [global RNGs] in fastload/_rngs.py.",
+        _bool_or_none,
+    ),
+    Option(
+        "assign", "any", '{"any", "round_robin"}',
+        "Which worker loads which batch. ``\"any\"``: the first free worker (and idle "
+        "workers share a batch's rows, ``share_rows``). ``\"round_robin\"``: batch ``b`` of "
+        "an epoch goes to worker ``b % num_workers``, as torch's DataLoader does, so a "
+        "worker's own RNG streams (``seed_globals=False``) see the same samples run to run; "
+        "one slow worker then holds the others back, and no rows are shared.",
+        one_of("any", "round_robin"),
     ),
 )
 

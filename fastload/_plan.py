@@ -62,6 +62,8 @@ class EpochPlan:
     #: Epochs whose orders and batches are kept whatever the epoch asked for (the live passes:
     #: a batch plan's sampler cannot be asked twice for one epoch; NOTE [several passes]).
     keep: Any = ()
+    #: assign="round_robin": batch b of an epoch goes to worker b % round_robin (0: any worker)
+    round_robin = 0
 
     def __init__(
         self,
@@ -216,7 +218,7 @@ class EpochPlan:
 
     def target(self, epoch: int, b: int) -> int | None:
         """The worker that must load batch ``b`` (None: any worker)."""
-        return None
+        return b % self.round_robin if self.round_robin else None
 
     def probe_tasks(self, epoch: int, b: int, n: int, rows: bool = False
                     ) -> list[tuple[int, int]]:
@@ -231,6 +233,8 @@ class EpochPlan:
         out = [int(i) for i in firsts]
         later = range(1, min(n - len(out), nb - b - 1) + 1)
         out += [int(self.batch(epoch, b + k)[0]) for k in later]
+        if self.round_robin and not rows:  # each first sample by the worker its batch goes to
+            return [((b + k) % self.round_robin, i) for k, i in enumerate(out[: max(1, n)])]
         return list(enumerate(out[: max(1, n)]))
 
     def ended(self, epoch: int, worker: int) -> None:

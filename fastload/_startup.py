@@ -27,6 +27,7 @@ from . import _messages as m
 from ._mailbox import Mailbox
 from ._passes import Pass, Passes
 from ._pool import Pool, WorkerPool, default_start_method
+from ._rngs import mode_of
 from ._scheduler import Scheduler
 from ._share import Sharing, share_dataset
 from ._wait import POLL_INTERVAL_S, Deadline
@@ -80,8 +81,11 @@ class Startup:
         alternates: tuple[int, ...] = ()
         if self.cfg.on_error == "skip":  # NOTE [skipped samples]: the rest of its batch
             alternates = tuple(int(i) for i in self.plan.batch(e, b)[1:])
+        globals_mode = mode_of(self.cfg.seed_globals, threads=self.pool.threads,
+                               iterable=self.plan.iterable)  # NOTE [global RNGs] (_rngs.py)
         self.mail.send_probe(m.Probe(self.cid, sample, self.plan.rows, self.plan.seed, e,
-                                     self.cfg.sample_spec, alternates=alternates), rest, to)
+                                     self.cfg.sample_spec, alternates=alternates,
+                                     globals=globals_mode), rest, to)
         self.warmed = True
 
     def wait_layout(self, p: Pass, check_workers: Callable[[Pass], None]) -> BatchLayout:

@@ -239,6 +239,7 @@ class _Client:
         conn = self.worker.conn
         assert self.filler is not None
         set_worker_info(self.info)
+        self.filler.globals = msg.globals  # NOTE [global RNGs] (_rngs.py)
         if not msg.report:  # NOTE [first samples] (_startup.py): load it now, pack it later
             self.filler.warm_up(msg.sample, msg.seed, msg.epoch)
             return
@@ -329,7 +330,8 @@ class _Client:
         indices = slots.indices(slot, t.count)
         t0 = time.perf_counter()
         row, error = filler.fill_rows(self.packer, slot, indices, t.first, t.n, slots.seed(slot),
-                                      t.epoch, self.ring, t.piece, self.pid)
+                                      t.epoch, self.ring, t.piece, self.pid,
+                                      self.layout.global_rng)
         self._timed(t0, (row if error is not None else t.first + t.n) - t.first)
         if error is None:
             self.ring.done(t, self.worker.worker_id)

@@ -119,6 +119,10 @@ class BatchLayout:
     [('sample[0]', 'float32', (2, 3)), ('sample[1]', 'int64', ())]
     """
 
+    #: Whether the global RNGs are seeded before each sample of the loader's batches (NOTE
+    #: [global RNGs] in fastload/_rngs.py): set by the probe, read by every filler.
+    global_rng = False
+
     def __init__(self, sample: object, batch_size: int, spec: SampleSpec | None = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")

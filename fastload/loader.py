@@ -205,6 +205,8 @@ class Loader:
         on_error: str = "raise",
         max_skips: int | None = None,
         share_rows: bool = True,
+        seed_globals: bool | None = None,
+        assign: str = "any",
         **unknown: Any,
     ) -> None:
         given = locals()
@@ -251,7 +253,7 @@ class Loader:
             batch_plan=batch_plan, on_stall=on_stall, pool=pool, ragged=ragged,
             pad_value=pad_value, pad_to_multiple=pad_to_multiple, stack=stack,
             share_dataset=share_dataset, on_error=on_error, max_skips=max_skips,
-            share_rows=share_rows,
+            share_rows=share_rows, seed_globals=seed_globals, assign=assign,
         )
         self.batch_size = cfg.batch_size
         self.num_workers = cfg.num_workers
@@ -334,7 +336,9 @@ class Loader:
         ``skipped`` (on_error="skip"): the replaced samples, the latest 1,000, each a dict of
         ``epoch``, ``index``, ``error`` (the exception's type and message) and ``replaced_by``
         (the index loaded in its place), and ``skipped_total``; ``shared_rows``: whether
-        workers share the rows of batches (``share_rows``, once the first batch is loaded)."""
+        workers share the rows of batches (``share_rows``, once the first batch is loaded);
+        ``seeded_globals``: whether the global RNGs are seeded before each sample
+        (``seed_globals``, once the first sample has loaded)."""
         assert self._engine is not None
         return self._engine.stats()
 

@@ -18,9 +18,10 @@ become lists; strings become lists of str). What differs:
   ``persistent_workers=False`` a base seed is still drawn from the generator at every
   ``iter()``, so the sampling order of every epoch equals torch's, but workers are not
   re-seeded (their RNG streams continue, as with ``persistent_workers=True``).
-* Which worker loads which batch is decided at run time (not round-robin), so randomness drawn
-  from the workers' global RNGs inside ``__getitem__`` is not reproducible run to run; use
-  ``fastload.sample_rng()`` for per-sample reproducible augmentation.
+* Batch i of an epoch goes to worker i % num_workers, as torch orders them, so randomness
+  drawn from the workers' global RNGs inside ``__getitem__`` is torch's, run to run
+  (``in_order=False``: the first free worker takes the next batch, and it is not).
+  ``fastload.sample_rng()`` gives per-sample reproducible augmentation for any worker count.
 * A custom ``collate_fn`` runs in the main process on the samples as the dataset returned them,
   of any structure and shapes (``fastload.Loader(stack=False)``: each tensor's and array's data
   travels through the shared slot, not pickled, and comes back as a zero-copy view: a tensor
@@ -38,8 +39,9 @@ become lists; strings become lists of str). What differs:
   that dies can be restarted (``on_worker_death`` of fastload.Loader is not exposed here:
   torch's behaviour, an error, is kept).
 
-Not supported: ``in_order=False`` and ``pin_memory_device`` (accepted and ignored with torch's
-warning), tensors NumPy cannot represent (``bfloat16``, sparse, quantized).
+Not supported: ``in_order=False``'s out-of-order batches (batches come in order; only the
+assignment of batches to workers is dynamic), ``pin_memory_device`` (accepted and ignored with
+torch's warning), tensors NumPy cannot represent (``bfloat16``, sparse, quantized).
 """
 
 from __future__ import annotations
@@ -363,6 +365,11 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
             # its samples, and torch's tests rely on it): no shared batches (NOTE [pieces] in
             # csrc/fl_ring.c)
             share_rows=False,
+            # torch's assignment (batch i to worker i % num_workers; in_order=False lets the
+            # first free worker take it) and torch's per-worker seeding, not per-sample seeding:
+            # draws from the global RNGs inside __getitem__ are torch's, run to run
+            assign="round_robin" if self.in_order and not self._iterable else "any",
+            seed_globals=False,
             **plan,  # a map-style dataset's batches: no reference back to self
         )
 

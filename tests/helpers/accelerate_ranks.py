@@ -10,7 +10,11 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# tests/ first; not tests/helpers/ (the script's own directory, which Python puts first): its
+# datasets.py would shadow Hugging Face's `datasets`, which accelerate imports when installed
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+sys.path.insert(0, os.path.dirname(_here))
 
 import torch  # noqa: E402
 from accelerate import Accelerator  # noqa: E402
