@@ -3,6 +3,9 @@ torch DataLoader and a new fastload Loader with its own workers.
 
     python benchmarks/bench_pool.py [--workers 2] [--repeat 7]
 
+A fourth case is torch code on the warm pool: a new ``fastload.compat.torch.DataLoader(...,
+pool=pool)`` over the same images as tensors.
+
 The situation: a training script creates a validation loader every epoch (or many small
 loaders). Each case creates a loader over the same small image-like dataset (uint8 64x64x3 +
 label, batch 32) and times construction + ``next(iter(loader))``, then closes it. The warm pool
@@ -65,6 +68,34 @@ def first_batch_torch(workers: int) -> float:
     return dt
 
 
+class TorchImages:
+    """Images as a torch-style dataset (tensors), for the drop-in's case."""
+
+    def __init__(self, n: int = 512) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):  # type: ignore[no-untyped-def]
+        import torch
+
+        return torch.full((64, 64, 3), i % 251, dtype=torch.uint8), i % 10
+
+
+def first_batch_compat(pool: fastload.Pool) -> float:
+    """A new fastload.compat.torch.DataLoader (torch's code, one argument added) on the pool."""
+    from fastload.compat.torch import DataLoader
+
+    t = time.perf_counter()
+    loader = DataLoader(TorchImages(), 32, pool=pool)
+    x, y = next(iter(loader))
+    dt = time.perf_counter() - t
+    assert tuple(x.shape) == (32, 64, 64, 3)
+    loader.close()
+    return dt
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2)
@@ -79,11 +110,14 @@ def main() -> None:
     times: dict[str, list[float]] = {
         "warm pool": [],
         "warm pool, a train loader attached": [],
+        "drop-in DataLoader(pool=) on the warm pool": [],
         "new Loader": [],
         "torch DataLoader": [],
     }
     with fastload.Pool(args.workers, start_method="fork") as pool:
         first_batch_fastload(pool, args.workers)  # warm-up: imports, first layout
+        if have_torch:
+            first_batch_compat(pool)
         for _ in range(args.repeat):
             times["warm pool"].append(first_batch_fastload(pool, args.workers))
             # The train/validation case: another loader on the pool is mid-epoch and idle, so
@@ -94,6 +128,8 @@ def main() -> None:
             times["warm pool, a train loader attached"].append(first_batch_fastload(pool, args.workers))
             del it
             train.close()
+            if have_torch:
+                times["drop-in DataLoader(pool=) on the warm pool"].append(first_batch_compat(pool))
             times["new Loader"].append(first_batch_fastload(None, args.workers))
             if have_torch:
                 times["torch DataLoader"].append(first_batch_torch(args.workers))

@@ -65,6 +65,10 @@ class _TorchDataset:
     fastload (tensors as NumPy arrays); ``unstacked`` (a custom collate_fn, batch_size=None),
     samples as the dataset returned them, each tensor's data through the slot."""
 
+    #: On a shared fastload.Pool (NOTE [pool workers]): the worker initializer to run in each
+    #: worker before its first sample of this loader (None: it ran when the worker started)
+    init: Any = None
+
     def __init__(self, dataset: Any, unstacked: bool = False) -> None:
         self.dataset = dataset
         self.unstacked = unstacked
@@ -73,8 +77,28 @@ class _TorchDataset:
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> Any:
+        if self.init is not None:
+            _start(self)
         s = self.dataset[index]
         return _tensors_out(s) if self.unstacked else _to_numpy(s)
+
+
+# NOTE [pool workers]
+# torch starts a DataLoader's workers for it, seeds each from (base seed, worker id), sets its
+# get_worker_info() and calls worker_init_fn. A DataLoader on a fastload.Pool (pool=) finds the
+# workers running, shared with other loaders: it cannot start them, and the pool's own
+# worker_init ran long ago. So each worker does torch's start-up for this DataLoader when it
+# first loads one of its samples (the wrapper carries the _WorkerInit; ``init`` is None in the
+# main process's copy and once it ran). Two DataLoaders iterated at once on one pool interleave
+# their draws from a worker's global RNGs, and torch's get_worker_info().dataset is the one whose
+# start-up ran last in that worker: one at a time, a DataLoader on a pool draws what torch's own
+# workers would.
+def _start(wrapper: Any) -> None:
+    info = fastload.get_worker_info()
+    if info is None:  # num_workers=0 does not happen on a pool; this process is not a worker
+        return
+    init, wrapper.init = wrapper.init, None
+    init(info.id)
 
 
 class _TorchIterable:
@@ -89,7 +113,11 @@ class _TorchIterable:
         self.seed_box: list[int | None] = [None]
         self.passes = 0
 
+    init: Any = None  # as _TorchDataset's (NOTE [pool workers])
+
     def __iter__(self) -> Any:
+        if self.init is not None:
+            _start(self)
         out = _tensors_out if self.unstacked else _to_numpy
         if isinstance(self.dataset, IterDataPipe):
             self._seed_datapipe()
@@ -116,6 +144,8 @@ class _TorchDatasetGetitems(_TorchDataset):
     """As torch's fetcher does, use the dataset's ``__getitems__`` when it has one."""
 
     def __getitems__(self, indices: list[int]) -> list[Any]:
+        if self.init is not None:
+            _start(self)
         out = _tensors_out if self.unstacked else _to_numpy
         return [out(s) for s in self.dataset.__getitems__(indices)]
 
@@ -124,22 +154,25 @@ class _WorkerInit:
     """Seeds a worker as torch's _worker_loop does and publishes torch's get_worker_info()."""
 
     def __init__(self, base_seed: int, num_workers: int, user_fn: Any,
-                 world: tuple[int, int] = (1, 0)) -> None:
+                 world: tuple[int, int] = (1, 0), threads: bool = False) -> None:
         self.base_seed = base_seed
         self.num_workers = num_workers
         self.user_fn = user_fn
         self.world = world  # (world size, rank) in the main process, for DataPipe sharding
+        #: thread workers (a thread pool): the process's thread count and RNGs are the user's
+        self.threads = threads
 
     def __call__(self, worker_id: int) -> None:
         import random
 
         from torch.utils.data._utils import worker as tworker
 
-        torch.set_num_threads(1)
         seed = self.base_seed + worker_id
-        random.seed(seed)
-        torch.manual_seed(seed)
-        np.random.seed(tworker._generate_state(self.base_seed, worker_id))
+        if not self.threads:
+            torch.set_num_threads(1)
+            random.seed(seed)
+            torch.manual_seed(seed)
+            np.random.seed(tworker._generate_state(self.base_seed, worker_id))
         info = fastload.get_worker_info()
         ds = info.dataset if info is not None else None
         if isinstance(ds, (_TorchDataset, _TorchIterable)):

@@ -22,6 +22,11 @@ become lists; strings become lists of str). What differs:
   drawn from the workers' global RNGs inside ``__getitem__`` is torch's, run to run
   (``in_order=False``: the first free worker takes the next batch, and it is not).
   ``fastload.sample_rng()`` gives per-sample reproducible augmentation for any worker count.
+* ``pool=fastload.Pool(n)`` (also accepted as ``multiprocessing_context=``) runs a DataLoader
+  on that pool's workers, already started and shared with other loaders: a new DataLoader starts
+  no process, several can be iterated at once, and each worker seeds itself, sets torch's
+  ``get_worker_info()`` and runs ``worker_init_fn`` as torch's fresh worker would, at its first
+  sample of that DataLoader (NOTE [pool workers] in fastload/compat/_torch_worker.py).
 * A custom ``collate_fn`` runs in the main process on the samples as the dataset returned them,
   of any structure and shapes (``fastload.Loader(stack=False)``: each tensor's and array's data
   travels through the shared slot, not pickled, and comes back as a zero-copy view: a tensor
@@ -80,6 +85,7 @@ from fastload.compat._torch_worker import (
     _WorkerInit,
 )
 from fastload.errors import LayoutMismatchError, LoaderTimeoutError, WorkerDied
+from fastload import Pool
 from fastload.loader import Loader
 
 __all__ = ["DataLoader", "DataLoaderTimeoutError", "DataLoaderCollateError",
@@ -134,6 +140,31 @@ def _start_method_of(ctx: Any) -> str | None:
     return str(ctx.get_start_method())
 
 
+def _pool_of(pool: Any, ctx: Any, num_workers: int) -> tuple[Any, Any, int]:
+    """NOTE [pool workers] (_torch_worker.py): (the fastload.Pool given as ``pool=`` or, where
+    the seed's users put theirs, as the multiprocessing context; the context left; the number
+    of workers), checked."""
+    if isinstance(ctx, Pool):
+        if pool is not None and pool is not ctx:
+            raise ValueError("pass the fastload.Pool once: as pool= or as "
+                             "multiprocessing_context=, not two different pools")
+        pool, ctx = ctx, None
+    if pool is None:
+        return None, ctx, num_workers
+    if not isinstance(pool, Pool):
+        raise TypeError(f"pool must be a fastload.Pool, got {type(pool).__name__}")
+    if num_workers not in (0, pool.num_workers):
+        raise ValueError(
+            f"num_workers={num_workers} conflicts with the pool's "
+            f"num_workers={pool.num_workers}; leave num_workers unset when passing "
+            "pool= (the pool's workers serve this DataLoader)")
+    if ctx is not None:
+        raise ValueError("multiprocessing_context does not apply with pool=: the pool's "
+                         "workers are already started (fastload.Pool(start_method=...) "
+                         "chooses how)")
+    return pool, None, pool.num_workers
+
+
 _T_co = TypeVar("_T_co", covariant=True)
 
 #: What torch refuses to change once a DataLoader is built (its __setattr__).
@@ -143,7 +174,8 @@ _FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "pe
 class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not type-checked
     """``torch.utils.data.DataLoader`` on fastload (see the module docstring for differences).
 
-    Extra keyword arguments ``max_held`` and ``copy`` are passed to :class:`fastload.Loader`.
+    Extra keyword arguments ``max_held`` and ``copy`` are passed to :class:`fastload.Loader`;
+    ``pool=fastload.Pool(n)``: on that pool's running workers (see the module docstring).
     Call :meth:`close` (or use ``with``) to stop the workers; garbage collection also does.
 
     NOTE [a real torch DataLoader]
@@ -180,9 +212,12 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
         in_order: bool = True,
         max_held: int = 3,
         copy: bool = False,
+        pool: Any = None,
     ) -> None:
         self._loader: Loader | None = None
         self._loader_unstacked = False
+        pool, multiprocessing_context, num_workers = _pool_of(pool, multiprocessing_context,
+                                                              num_workers)
         # -- torch's validation, same order and messages (torch/utils/data/dataloader.py) ----
         if num_workers < 0:
             raise ValueError(
@@ -298,6 +333,7 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
         self._iterator = None  # torch's attribute; fastload's iterators are not kept here
         self._max_held = max_held
         self._copy = copy
+        self.pool = pool  # an attribute of the argument's name: frameworks re-create loaders
         keep_fastload_in_accelerate()  # NOTE [accelerate]: once accelerate is imported
         self._plans: dict[int, list[Any]] = {}
         self._iterable = iterable
@@ -345,16 +381,20 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
             wrapped = (_TorchDatasetGetitems if getitems else _TorchDataset)(self.dataset,
                                                                             unstacked)
         plan: Any = {} if self._iterable else {"batch_plan": self._plans.pop}
+        pool = self.pool
+        threads = pool is not None and pool.start_method == "thread"
+        init = (_WorkerInit(base_seed, self.num_workers, self.worker_init_fn,
+                            _distributed_settings(), threads) if self.num_workers else None)
+        if pool is not None:  # NOTE [pool workers]: each worker runs it at its first sample
+            wrapped.init = init
         return Loader(
             wrapped,
             max(1, max_batch),
-            num_workers=self.num_workers,
+            num_workers=None if pool is not None else self.num_workers,
+            pool=pool,
             prefetch=max(1, self.prefetch_factor or 1),
             start_method=_start_method_of(self.multiprocessing_context),
-            worker_init=_WorkerInit(base_seed, self.num_workers, self.worker_init_fn,
-                                    _distributed_settings())
-            if self.num_workers > 0
-            else None,
+            worker_init=init if pool is None else None,
             timeout=float(self.timeout) if self.timeout > 0 else None,
             max_held=self._max_held,
             copy=self._copy,

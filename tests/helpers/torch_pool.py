@@ -1,0 +1,47 @@
+"""Datasets of tests/test_compat_torch_pool.py (torch imported by the test that uses them)."""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class Drawn(torch.utils.data.Dataset):  # type: ignore[misc]
+    """Sample i: [i, random, np.random, torch draws, torch's worker id]."""
+
+    def __init__(self, n: int = 37) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        info = torch.utils.data.get_worker_info()
+        return torch.tensor([i, random.random(), np.random.rand(), torch.rand(()).item(),
+                             -1 if info is None else info.id], dtype=torch.float64)
+
+
+class Split(torch.utils.data.IterableDataset):  # type: ignore[misc]
+    """0..n-1, split between torch's workers by get_worker_info(), as torch's docs show."""
+
+    def __init__(self, n: int = 40) -> None:
+        self.n = n
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        k, w = (0, 1) if info is None else (info.id, info.num_workers)
+        return iter(range(k, self.n, w))
+
+
+class MarkInit:
+    """A worker_init_fn that writes a file named after the worker and its process."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def __call__(self, worker_id: int) -> None:
+        open(os.path.join(self.where, f"{worker_id}-{os.getpid()}"), "w").close()
