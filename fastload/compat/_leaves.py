@@ -15,6 +15,7 @@ importing torch.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,9 @@ from fastload.layout import TAG_PREFIX
 __all__ = ["T_OBJ", "Opaque", "encode", "tag_of"]
 
 T_OBJ = TAG_PREFIX + "obj"  # a leaf fastload does not stack, in an Opaque: pickled whole
+#: A dict subclass's own type (defaultdict, OrderedDict, the user's): an empty copy of it, an
+#: Opaque leaf beside its items, which the main side copies and fills as torch's collate does
+T_MAP = TAG_PREFIX + "map"
 _PY_NUMBERS = (bool, int, float, complex)
 
 
@@ -67,7 +71,12 @@ def encode(x: Any, tensor_type: type | None = None) -> Any:
     if isinstance(x, list):
         return [encode(v, tensor_type) for v in x]
     if isinstance(x, dict):
-        return {k: encode(v, tensor_type) for k, v in x.items()}
+        out = {k: encode(v, tensor_type) for k, v in x.items()}
+        if t is not dict:  # torch keeps a mutable mapping's type: copy.copy, then update
+            empty = copy.copy(x)
+            empty.clear()
+            out[T_MAP] = {T_OBJ: Opaque(empty)}
+        return out
     return {T_OBJ: Opaque(x)}
 
 

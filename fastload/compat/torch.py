@@ -51,6 +51,7 @@ torch's warning), tensors NumPy cannot represent (``bfloat16``, sparse, quantize
 
 from __future__ import annotations
 
+import copy
 import math
 import multiprocessing as _mp
 import warnings
@@ -77,7 +78,7 @@ except ImportError as _e:  # pragma: no cover - exercised only without torch
 
 from fastload.compat._accelerate import keep_fastload_in_accelerate
 from fastload.compat._accelerate import register as register_for_accelerate
-from fastload.compat._leaves import T_OBJ, tag_of
+from fastload.compat._leaves import T_MAP, T_OBJ, tag_of
 from fastload.compat._torch_worker import (
     _TorchDataset,
     _TorchDatasetGetitems,
@@ -121,7 +122,13 @@ def _collate(x: Any, in_sequence: bool = False) -> Any:
     if isinstance(x, (tuple, list)):
         return [_collate(v, True) for v in x]  # torch: tuples become lists
     if isinstance(x, dict):
-        return {k: _collate(v) for k, v in x.items()}
+        kind = x.get(T_MAP)
+        out = {k: _collate(v) for k, v in x.items() if k != T_MAP}
+        if kind is None:
+            return out
+        clone = copy.copy(kind[T_OBJ][0].value)  # a dict subclass: torch's copy.copy + update
+        clone.update(out)
+        return clone
     return x
 
 

@@ -45,3 +45,18 @@ class MarkInit:
 
     def __call__(self, worker_id: int) -> None:
         open(os.path.join(self.where, f"{worker_id}-{os.getpid()}"), "w").close()
+
+
+class Mappings(torch.utils.data.Dataset):  # type: ignore[misc]
+    """Samples that are dict subclasses: an OrderedDict holding a defaultdict."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> Any:
+        import collections
+
+        inner = collections.defaultdict(list)
+        inner["x"] = np.full(3, i)
+        inner["y"] = i
+        return collections.OrderedDict(a=torch.tensor(i), b=inner)
