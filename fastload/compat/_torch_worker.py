@@ -4,6 +4,8 @@ the worker initializer that seeds a worker as torch's ``_worker_loop`` does."""
 
 from __future__ import annotations
 
+import os
+import pickle
 from typing import Any
 
 import numpy as np
@@ -14,7 +16,7 @@ import fastload
 from fastload.compat._leaves import encode
 
 __all__ = ["_TorchDataset", "_TorchDatasetGetitems", "_TorchIterable", "_WorkerInit",
-           "_tensors_out", "_to_numpy"]
+           "_tensors_out", "_to_numpy", "keyed_plan"]
 
 
 def _to_numpy(x: Any) -> Any:
@@ -73,13 +75,24 @@ class _TorchDataset:
         self.dataset = dataset
         self.unstacked = unstacked
 
+    #: NOTE [sampler keys]: the table the indices are codes of (None: they are the indices)
+    keys: Any = None
+
     def __len__(self) -> int:
-        return len(self.dataset)
+        return 1 << 62 if self.keys is not None else len(self.dataset)
 
     def __getitem__(self, index: int) -> Any:
         if self.init is not None:
             _start(self)
-        s = self.dataset[index]
+        if self.keys is None:
+            s = self.dataset[index]
+        else:
+            key = self.keys.key(index)
+            try:
+                s = self.dataset[key]
+            except Exception as e:
+                e.add_note(f"(the sampler's index: {key!r:.200})")
+                raise
         return _tensors_out(s) if self.unstacked else _to_numpy(s)
 
 
@@ -147,6 +160,8 @@ class _TorchDatasetGetitems(_TorchDataset):
         if self.init is not None:
             _start(self)
         out = _tensors_out if self.unstacked else _to_numpy
+        if self.keys is not None:
+            indices = [self.keys.key(i) for i in indices]
         return [out(s) for s in self.dataset.__getitems__(indices)]
 
 
@@ -187,3 +202,88 @@ class _WorkerInit:
                 ds, self.num_workers * world, worker_id * world + rank)
         if self.user_fn is not None:
             self.user_fn(worker_id)
+
+
+# NOTE [sampler keys]
+# torch passes whatever the sampler yields to ``__getitem__``: keys of a dict-like dataset
+# ("k3"), (index, scale) tuples of multi-scale batch samplers, ints past len(dataset) of a
+# sparse one, and with a sampler a dataset needs no __len__. fastload's tasks carry int64
+# indices, so such an epoch travels as codes: each distinct key is pickled once into an
+# anonymous file (memfd) the main process appends to, and its code is (offset << 20 | length).
+# The workers' wrapper reads a key back with one pread on the file, opened through
+# /proc/<main pid>/fd (fork, spawn, forkserver and threads alike) and unpickles it. A loader that
+# has seen such an epoch stays keyed (its plan checks codes against no length); a sample's error
+# gets a note naming the key, as fastload's message names the code.
+_LEN_BITS = 20
+
+
+class _Keys:
+    """The main process's table of sampler keys (NOTE [sampler keys]); pickled for workers as
+    (pid, fd): they only read."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.fd = os.memfd_create("fastload-keys", os.MFD_CLOEXEC)
+        self.size = 0
+        self.codes: dict[bytes, int] | None = {}
+        self._read_fd: int | None = None
+
+    def code(self, key: Any) -> int:
+        data = pickle.dumps(key, protocol=pickle.HIGHEST_PROTOCOL)
+        assert self.codes is not None, "workers do not add keys"
+        code = self.codes.get(data)
+        if code is None:
+            if len(data) >= 1 << _LEN_BITS:
+                raise ValueError(f"a sampler index pickles to {len(data):,} bytes (at most "
+                                 f"{(1 << _LEN_BITS) - 1:,}): {key!r:.80}")
+            os.pwrite(self.fd, data, self.size)
+            code = self.codes[data] = self.size << _LEN_BITS | len(data)
+            self.size += len(data)
+        return code
+
+    def key(self, code: int) -> Any:
+        fd = self._read_fd
+        if fd is None:
+            fd = self._read_fd = (self.fd if os.getpid() == self.pid else
+                                  os.open(f"/proc/{self.pid}/fd/{self.fd}",
+                                          os.O_RDONLY | os.O_CLOEXEC))
+        n = code & ((1 << _LEN_BITS) - 1)
+        return pickle.loads(os.pread(fd, n, code >> _LEN_BITS))
+
+    def close(self) -> None:
+        if self.codes is not None and self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"pid": self.pid, "fd": self.fd}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.pid, self.fd = state["pid"], state["fd"]
+        self.size, self.codes, self._read_fd = 0, None, None
+
+    def __del__(self) -> None:
+        if self.codes is not None:  # the main process's table: its file
+            self.close()
+        elif self._read_fd is not None and self._read_fd != self.fd:
+            os.close(self._read_fd)  # a worker's copy: the file it opened
+
+
+def _is_index(i: Any, n: int | None) -> bool:
+    return bool((type(i) is int or isinstance(i, np.integer)) and n is not None and 0 <= i < n)
+
+
+def keyed_plan(plan: list[list[Any]], keys: _Keys | None, dataset: Any
+               ) -> tuple[list[list[Any]], _Keys | None]:
+    """NOTE [sampler keys]: ``plan`` as fastload's engine takes it, and the key table (a new one
+    the first time an epoch has indices that are not ints in range(len(dataset)))."""
+    if keys is None:
+        try:
+            n: int | None = len(dataset)
+        except TypeError:  # no __len__: torch needs none with a sampler
+            n = None
+        if all(_is_index(i, n) for b in plan for i in b):
+            return plan, None
+        keys = _Keys()
+    code = keys.code
+    return [[code(i) for i in b] for b in plan], keys

@@ -36,6 +36,11 @@ become lists; strings become lists of str). What differs:
   tensor to be equal size``), which is also a ``fastload.LayoutMismatchError``.
 * The index sampler (``batch_sampler``) is iterated at ``iter()`` rather than lazily at the
   first ``next()``; its draws from the generator come in the same order as torch's.
+  Whatever it yields reaches ``__getitem__`` as torch passes it: keys of a dict-like dataset
+  (which then needs no ``__len__``), (index, scale) tuples, ints past ``len(dataset)`` (NOTE
+  [sampler keys] in fastload/compat/_torch_worker.py); shapes that vary between batches (a
+  multi-scale batch sampler) need ``collate_fn=torch.utils.data.default_collate``, since
+  fastload stacks into the first sample's layout.
 
 * An ``IterableDataset`` is iterated by every worker, its own replica (``get_worker_info()``
   says which worker it is in), batches of ``batch_size`` per worker, round-robin over the
@@ -76,6 +81,7 @@ except ImportError as _e:  # pragma: no cover - exercised only without torch
         "fastload.compat.torch needs PyTorch: pip install torch (fastload itself does not)"
     ) from _e
 
+from fastload import Pool
 from fastload.compat._accelerate import keep_fastload_in_accelerate
 from fastload.compat._accelerate import register as register_for_accelerate
 from fastload.compat._leaves import T_MAP, T_OBJ, tag_of
@@ -84,9 +90,9 @@ from fastload.compat._torch_worker import (
     _TorchDatasetGetitems,
     _TorchIterable,
     _WorkerInit,
+    keyed_plan,
 )
 from fastload.errors import LayoutMismatchError, LoaderTimeoutError, WorkerDied
-from fastload import Pool
 from fastload.loader import Loader
 
 __all__ = ["DataLoader", "DataLoaderTimeoutError", "DataLoaderCollateError",
@@ -130,6 +136,24 @@ def _collate(x: Any, in_sequence: bool = False) -> Any:
         clone.update(out)
         return clone
     return x
+
+
+def _pin_memory(pin_memory: bool, device: str) -> bool:
+    """Whether batches are pinned, with torch's warnings (at iter(), as torch's)."""
+    if pin_memory and device:
+        warnings.warn(
+            "pin_memory_device is deprecated, the current accelerator will be used as the "
+            "device,"
+            f"ignore pin_memory_device='{device}'.",
+            stacklevel=3,
+        )
+    if pin_memory and not torch.accelerator.is_available():
+        warnings.warn(
+            "'pin_memory' argument is set as true but no accelerator is found, "
+            "then device pinned memory won't be used.",
+            stacklevel=3,
+        )
+    return pin_memory and torch.accelerator.is_available()
 
 
 def _distributed_settings() -> tuple[int, int]:
@@ -346,6 +370,7 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
         self._iterable = iterable
         self._IterableDataset_len_called: int | None = None  # torch's name: see __len__
         self._base_seed: int | None = None
+        self._keys: Any = None  # NOTE [sampler keys] (_torch_worker.py)
         self._initialized = True
         # torch's own check (a warning when num_workers exceeds the CPUs this process may use)
         TorchDataLoader.check_worker_number_rationality(self)
@@ -387,6 +412,7 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
         else:
             wrapped = (_TorchDatasetGetitems if getitems else _TorchDataset)(self.dataset,
                                                                             unstacked)
+            wrapped.keys = self._keys
         plan: Any = {} if self._iterable else {"batch_plan": self._plans.pop}
         pool = self.pool
         threads = pool is not None and pool.start_method == "thread"
@@ -427,20 +453,7 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
         if not self.__dict__.get("_world_checked"):
             object.__setattr__(self, "_world_checked", True)
             self._warn_if_every_rank_gets_everything()
-        if self.pin_memory and self.pin_memory_device:
-            warnings.warn(
-                "pin_memory_device is deprecated, the current accelerator will be used as the "
-                "device,"
-                f"ignore pin_memory_device='{self.pin_memory_device}'.",
-                stacklevel=2,
-            )
-        if self.pin_memory and not torch.accelerator.is_available():
-            warnings.warn(
-                "'pin_memory' argument is set as true but no accelerator is found, "
-                "then device pinned memory won't be used.",
-                stacklevel=2,
-            )
-        pin = self.pin_memory and torch.accelerator.is_available()
+        pin = _pin_memory(self.pin_memory, self.pin_memory_device)
         shared_seed = None
         if isinstance(self.dataset, IterDataPipe):  # torch draws it first (NOTE [datapipes])
             shared_seed = int(torch.empty((), dtype=torch.int64)
@@ -461,6 +474,10 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
             plan = [list(b) for b in self.batch_sampler]
         else:
             plan = [[i] for i in self.sampler]
+        plan, keys = keyed_plan(plan, self._keys, self.dataset)  # NOTE [sampler keys]
+        if keys is not self._keys:  # the first epoch of keys: a keyed loader from now on
+            self.close()
+            self._keys = keys
         biggest = max((len(b) for b in plan), default=1)
         if self._loader is not None and (
             biggest > self._loader.batch_size or self._loader_unstacked != self._unstacked
@@ -516,6 +533,9 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
         if self._loader is not None:
             self._loader.close()
             self._loader = None
+        if self._keys is not None:
+            self._keys.close()
+            self._keys = None
 
     def __enter__(self) -> DataLoader[_T_co]:
         return self
@@ -619,11 +639,16 @@ class _BatchIter:
             path, want, got = mismatch
             what = f"{path}: expected shape {want} (as in the first sample), got {got}"
             index = getattr(e, "fastload_index", None)
+            if index is not None and self.dl._keys is not None:  # NOTE [sampler keys]
+                index = repr(self.dl._keys.key(index))
             where = f" (sample index {index})" if index is not None else ""
             raise DataLoaderCollateError(
                 f"stack expects each tensor to be equal size: {what}{where}. torch's default "
                 "collate stacks every leaf of the samples; pass a collate_fn (e.g. one using "
-                "torch.nn.utils.rnn.pad_sequence) for samples whose shapes vary"
+                "torch.nn.utils.rnn.pad_sequence) for samples whose shapes vary, or "
+                "collate_fn=torch.utils.data.default_collate where the shapes agree within a "
+                "batch but vary between batches (multi-scale batch samplers): fastload stacks "
+                "into the layout of the first sample"
             ) from e
         if not self.auto:
             out = _convert(batch[0])  # unstacked: the sample as the dataset returned it

@@ -60,3 +60,50 @@ class Mappings(torch.utils.data.Dataset):  # type: ignore[misc]
         inner["x"] = np.full(3, i)
         inner["y"] = i
         return collections.OrderedDict(a=torch.tensor(i), b=inner)
+
+
+class Keyed:
+    """A dict-like dataset: keys "k0".."k{n-1}", no __len__ (torch needs none with a sampler);
+    a (key, scale) tuple gives the sample at that scale; key "bad" raises KeyError."""
+
+    def __init__(self, n: int = 10) -> None:
+        self.n = n
+
+    def __getitem__(self, key: Any) -> Any:
+        scale = 1
+        if isinstance(key, tuple):
+            key, scale = key
+        if not isinstance(key, str) or not key.startswith("k"):
+            raise KeyError(key)
+        i = int(key[1:])
+        return np.full((scale, scale), i, np.int64)
+
+
+class KeySampler:
+    """Yields keys, shuffled by a seeded generator each epoch."""
+
+    def __init__(self, keys: list[Any], seed: int = 0) -> None:
+        self.keys, self.epoch, self.seed = keys, 0, seed
+
+    def __iter__(self) -> Any:
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.keys))
+        self.epoch += 1
+        return iter([self.keys[k] for k in order])
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+class MultiScale:
+    """A batch sampler whose batches are [(key, scale), ...], one scale per batch."""
+
+    def __init__(self, n: int, batch_size: int, scales: tuple[int, ...] = (2, 3)) -> None:
+        self.n, self.bs, self.scales = n, batch_size, scales
+
+    def __iter__(self) -> Any:
+        for b, start in enumerate(range(0, self.n, self.bs)):
+            s = self.scales[b % len(self.scales)]
+            yield [(f"k{i}", s) for i in range(start, min(start + self.bs, self.n))]
+
+    def __len__(self) -> int:
+        return -(-self.n // self.bs)
