@@ -101,7 +101,8 @@ class Engine:
         self.filler = filler_for(dataset, None, 0) if cfg.num_workers == 0 else None
         if self.filler is not None:
             self.filler.skip = cfg.on_error == "skip"
-            self.filler.globals = mode_of(cfg.seed_globals, threads=False,
+            self.filler.io = cfg.io_concurrency  # NOTE [reads in flight] (_io.py)
+            self.filler.globals = mode_of(cfg.seed_globals, threads=cfg.io_concurrency > 1,
                                           iterable=self.plan.iterable)  # NOTE [global RNGs]
         self.pool: WorkerPool | None = None
         self.mail: Mailbox | None = None
@@ -387,6 +388,8 @@ class Engine:
             self.sched.slots = None
             if self.mail is not None:
                 self.mail.clear()
+            if self.filler is not None:
+                self.filler.close()  # its read threads (NOTE [reads in flight] in _io.py)
             self.dataset = self.filler = None
             if self.sharing is not None:
                 self.sharing.close()

@@ -25,6 +25,8 @@ raises ``SkipLimitError`` past ``max_skips`` in an epoch.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -136,6 +138,12 @@ class BatchFiller:
         #: NOTE [global RNGs] (_rngs.py): _rngs.OFF, DETECT or ON, for the first samples (the
         #: probe, warm-ups); the batches follow what the layout says (``layout.global_rng``)
         self.globals = _rngs.OFF
+        #: NOTE [reads in flight] (_io.py): samples of a batch loading at once (io_concurrency),
+        #: on ``reads`` (a ReadPool, started at the first batch that needs it)
+        self.io = 1
+        self.reads: Any = None
+        #: an ``async def __getitem__``: its samples are awaited, on the read pool's loops
+        self.is_async = inspect.iscoroutinefunction(getattr(type(dataset), "__getitem__", None))
 
     def warm_up(self, index: int, seed: int, epoch: int) -> None:
         """Load sample ``index`` now and keep it (or its exception) for the batch that has it."""
@@ -144,17 +152,38 @@ class BatchFiller:
         if self.globals:
             _rngs.seed_globals(seed, epoch, index)
         try:
-            self.warm[(seed, epoch, index)] = (True, self.dataset[index])
+            self.warm[(seed, epoch, index)] = (True, self._one(index))
         except Exception as e:
             self.warm[(seed, epoch, index)] = (False, e)
         finally:
             ctx[2] = -1
 
+    def _one(self, index: int) -> Any:
+        """Sample ``index``, in this thread (an async ``__getitem__`` awaited here)."""
+        if self.is_async:
+            return asyncio.run(self.dataset[index])
+        return self.dataset[index]
+
+    def _prefetched(self, ds: Any, indices: list[int], seed: int, epoch: int) -> Any:
+        """NOTE [reads in flight] (_io.py): ``ds`` with ``indices`` loading on the read pool."""
+        from ._io import Prefetched, ReadPool
+
+        if self.reads is None:
+            self.reads = ReadPool(max(1, self.io), _local)
+        return Prefetched(self.reads, ds, indices, seed, epoch)
+
+    def close(self) -> None:
+        """Stop the read threads (NOTE [reads in flight]), if any."""
+        if self.reads is not None:
+            self.reads.close()
+            self.reads = None
+
     def _sample(self, seed: int, epoch: int, index: int) -> Any:
         got = self.warm.pop((seed, epoch, index), None)
         if got is None:
-            for key in [k for k in self.warm if k[:2] != (seed, epoch)]:
-                del self.warm[key]  # of an epoch that was abandoned, or went by
+            for key in [k for k in list(self.warm) if k[:2] != (seed, epoch)]:
+                # of an epoch that was abandoned, or went by (pop: a read thread may race)
+                self.warm.pop(key, None)
             return self.dataset[index]
         ok, value = got
         if not ok:
@@ -179,7 +208,7 @@ class BatchFiller:
                     _rngs.seed_globals(seed, epoch, i)
                     seeded = _rngs.fingerprint() if mode == _rngs.DETECT else None
                 try:
-                    sample = self.dataset[i]
+                    sample = self._one(i)
                 except Exception as e:
                     if not alternates:
                         raise
@@ -206,6 +235,7 @@ class BatchFiller:
         index = None
         image = None
         batch: list[int] | None = None
+        pre: Any = None  # NOTE [reads in flight] (_io.py): the batch's reads, if in flight
         self.rows = len(indices)
         self.skipped = []
         ctx = _local.ctx
@@ -239,6 +269,8 @@ class BatchFiller:
                     ds = _Kept(self, seed, epoch) if self.warm else self.dataset
                     if layout.global_rng:  # NOTE [global RNGs]
                         ds = _rngs.Seeding(ds, seed, epoch)
+                    if self.io > 1 or self.is_async:  # NOTE [reads in flight] (_io.py)
+                        ds = pre = self._prefetched(ds, idx_list, seed, epoch)
                     if self.skip:
                         ds = _Skipping(self, ds, idx_list)
                     for row, index in enumerate(idx_list):
@@ -260,6 +292,8 @@ class BatchFiller:
             return None, pack_exception(e, index, self.worker_id, batch)
         finally:
             ctx[2] = -1
+            if pre is not None:
+                pre.cancel()
         return image, None
 
     def fill_rows(self, packer: Any, slot: int, indices: Any, first: int, n: int, seed: int,
@@ -274,10 +308,15 @@ class BatchFiller:
         ds = _Kept(self, seed, epoch) if self.warm else self.dataset
         if seeding:  # NOTE [global RNGs] (the layout's global_rng)
             ds = _rngs.Seeding(ds, seed, epoch)
+        rows = indices[first:first + n].tolist()
+        pre = (self._prefetched(ds, rows, seed, epoch) if self.io > 1 or self.is_async
+               else None)
+        if pre is not None:  # NOTE [reads in flight] (_io.py)
+            ds = pre
         pack, objects = packer.pack, list[Any]()
         row, index = first, None
         try:
-            for row, index in enumerate(indices[first:first + n].tolist(), first):
+            for row, index in enumerate(rows, first):
                 if ring is not None:
                     ring.progress(slot, piece, row - first, pid)
                 ctx[2] = index
@@ -286,6 +325,8 @@ class BatchFiller:
             return row, pack_exception(e, index, self.worker_id)
         finally:
             ctx[2] = -1
+            if pre is not None:
+                pre.cancel()
         return -1, None
 
     def load(self, layout: Any, indices: Any, batch_size: int, seed: int, epoch: int,

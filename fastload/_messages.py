@@ -86,6 +86,7 @@ class Attach(NamedTuple):
     layout: Any  # BatchLayout
     nbytes: int  # the region's size; its fd follows
     skip: bool = False  # on_error="skip" (NOTE [skipped samples] in fastload/_fill.py)
+    io: int = 1  # io_concurrency (NOTE [reads in flight] in fastload/_io.py)
 
 
 class Detach(NamedTuple):

@@ -403,6 +403,17 @@ OPTIONS: tuple[Option, ...] = (
         _bool_or_none,
     ),
     Option(
+        "io_concurrency", 1, "int",
+        "Samples of a batch each worker (or, with ``num_workers=0``, this process) loads at "
+        "once, on that many threads of its own: for datasets that wait on storage (object "
+        "stores, network file systems), where each read waits 10-100 ms. Rows stay in order "
+        "and batches, errors, skips, resume and timeouts are as with 1; an ``async def "
+        "__getitem__`` is awaited on the threads' event loops. The global RNGs are not seeded "
+        "per sample with more than 1 (``seed_globals``): use :func:`sample_rng`. NOTE [reads in "
+        "flight] in fastload/_io.py.",
+        int_at_least(1),
+    ),
+    Option(
         "assign", "any", '{"any", "round_robin"}',
         "Which worker loads which batch. ``\"any\"``: the first free worker (and idle "
         "workers share a batch's rows, ``share_rows``). ``\"round_robin\"``: batch ``b`` of "

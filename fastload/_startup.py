@@ -81,7 +81,8 @@ class Startup:
         alternates: tuple[int, ...] = ()
         if self.cfg.on_error == "skip":  # NOTE [skipped samples]: the rest of its batch
             alternates = tuple(int(i) for i in self.plan.batch(e, b)[1:])
-        globals_mode = mode_of(self.cfg.seed_globals, threads=self.pool.threads,
+        globals_mode = mode_of(self.cfg.seed_globals,
+                               threads=self.pool.threads or self.cfg.io_concurrency > 1,
                                iterable=self.plan.iterable)  # NOTE [global RNGs] (_rngs.py)
         self.mail.send_probe(m.Probe(self.cid, sample, self.plan.rows, self.plan.seed, e,
                                      self.cfg.sample_spec, alternates=alternates,
@@ -128,4 +129,5 @@ class Startup:
         assert slots is not None
         region = slots.region
         self.pool.send(i, m.Attach(self.cid, layout, region.nbytes,
-                                   self.cfg.on_error == "skip"), region.fd)
+                                   self.cfg.on_error == "skip", self.cfg.io_concurrency),
+                       region.fd)

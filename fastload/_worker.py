@@ -233,6 +233,8 @@ class _Client:
         if self.region is not None:
             self.region.close()
         self.ring = self.packer = self.region = self.slots = None
+        if self.filler is not None:
+            self.filler.close()  # its read threads (NOTE [reads in flight] in _io.py)
         self.filler = None
 
     def probe(self, msg: m.Probe) -> None:
@@ -529,6 +531,7 @@ class _Worker:
                 return True
             client.attach(msg.layout, msg.nbytes, fd)
             client.filler.skip = msg.skip
+            client.filler.io = msg.io
             self.active.append(client)
             return True
         raise RuntimeError(f"fastload worker: unknown message {msg!r}")

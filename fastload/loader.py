@@ -206,6 +206,7 @@ class Loader:
         max_skips: int | None = None,
         share_rows: bool = True,
         seed_globals: bool | None = None,
+        io_concurrency: int = 1,
         assign: str = "any",
         **unknown: Any,
     ) -> None:
@@ -254,6 +255,7 @@ class Loader:
             pad_value=pad_value, pad_to_multiple=pad_to_multiple, stack=stack,
             share_dataset=share_dataset, on_error=on_error, max_skips=max_skips,
             share_rows=share_rows, seed_globals=seed_globals, assign=assign,
+            io_concurrency=io_concurrency,
         )
         self.batch_size = cfg.batch_size
         self.num_workers = cfg.num_workers
