@@ -10,7 +10,7 @@ over a dataset that reads sample i with urllib and np.load, times construction t
 batch, then one epoch (batch 32, --workers workers, fork). Cases: fastload with one read at a
 time against a server without latency (the no-latency rate: what storage at memory speed
 gives), fastload with io_concurrency=--io and with one read at a time against the slow server,
-and torch's DataLoader (same workers) against the slow server. Medians of --repeat rounds, the
+the same with thread workers (worker_method="thread": no process start), and torch's DataLoader (same workers) against the slow server. Medians of --repeat rounds, the
 cases interleaved within each round; torch's epoch over the slow server is long (one read in
 flight per worker), so it runs over --n / 8 samples and its rate is scaled, not its time.
 """
@@ -54,6 +54,8 @@ def _serve(root: str, latency: float, port_box: Any) -> None:
 
     ThreadingHTTPServer.request_queue_size = 256
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    # a client gone (a loader closed with reads ahead in flight) is not an error here
+    httpd.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
     httpd.daemon_threads = True
     port_box.value = httpd.server_address[1]
     httpd.serve_forever()
@@ -81,10 +83,12 @@ class Remote:
             return np.load(io.BytesIO(r.read())), i
 
 
-def run_fastload(url: str, n: int, workers: int, k: int) -> tuple[float, float]:
+def run_fastload(url: str, n: int, workers: int, k: int,
+                 method: str = "process") -> tuple[float, float]:
     t0 = time.perf_counter()
     with fastload.Loader(Remote(url, n), 32, num_workers=workers, io_concurrency=k,
-                         start_method="fork") as loader:
+                         worker_method=method,
+                         start_method="fork" if method == "process" else None) as loader:
         it = iter(loader)
         next(it)
         first = time.perf_counter() - t0
@@ -136,6 +140,10 @@ def main() -> None:
                 lambda: run_fastload(fast_url, args.n, args.workers, 1),
             f"fastload, {args.latency * 1e3:.0f} ms, io_concurrency={args.io}":
                 lambda: run_fastload(slow_url, args.n, args.workers, args.io),
+            f"fastload threads, {args.latency * 1e3:.0f} ms, io_concurrency={args.io}":
+                lambda: run_fastload(slow_url, args.n, args.workers, args.io, "thread"),
+            "fastload threads, no latency, 1 read at a time":
+                lambda: run_fastload(fast_url, args.n, args.workers, 1, "thread"),
             f"fastload, {args.latency * 1e3:.0f} ms, 1 read at a time":
                 lambda: run_fastload(slow_url, args.n // 8, args.workers, 1),
         }

@@ -127,7 +127,7 @@ class BatchFiller:
         self.pieces: Any = dataset._fastload_pieces if pieces else None
         # NOTE [first samples] (_startup.py): (seed, epoch, index) -> (sample, or the exception
         # loading it raised), loaded before the layout was known, packed when its batch comes.
-        self.warm: dict[tuple[int, int, int], tuple[bool, Any]] = {}
+        self.warm: dict[tuple[int, int, int], tuple[bool | None, Any]] = {}
         #: Result flags of the last fill for its slot (fastload._ring.F_ENDED: a plain
         #: iterable's iterator ended, fastload/_iterable.py); 0 for map-style datasets.
         self.flags = 0
@@ -172,6 +172,30 @@ class BatchFiller:
             self.reads = ReadPool(max(1, self.io), _local)
         return Prefetched(self.reads, ds, indices, seed, epoch)
 
+    def reads_apply(self) -> bool:
+        """Whether a batch's samples load on the read pool (NOTE [reads in flight]): the
+        one-sample path, with io_concurrency > 1 or an async ``__getitem__``."""
+        return ((self.io > 1 or self.is_async) and self.getitems is None
+                and self.columns is None and self.pieces is None)
+
+    def start_reads(self, indices: Any, seed: int, epoch: int) -> Any:
+        """The samples ``indices`` of a batch loading now, for its fill (``pre``)."""
+        ds = _Kept(self, seed, epoch) if self.warm else self.dataset
+        return self._prefetched(ds, indices.tolist(), seed, epoch)
+
+    def read_ahead(self, indices: tuple[int, ...], seed: int, epoch: int) -> None:
+        """Start reading ``indices`` now, kept for the batch that has them, as a probe's first
+        samples are (NOTE [first samples], NOTE [reads in flight])."""
+        from ._io import ReadPool
+
+        if self.reads is None:
+            self.reads = ReadPool(max(1, self.io), _local)
+        ctx = (_local.info, seed, epoch, 0)
+        for i in indices:
+            if (seed, epoch, i) not in self.warm:
+                self.warm[(seed, epoch, i)] = (None, self.reads.submit(self.dataset.__getitem__,
+                                                                       ctx, i))
+
     def close(self) -> None:
         """Stop the read threads (NOTE [reads in flight]), if any."""
         if self.reads is not None:
@@ -186,6 +210,8 @@ class BatchFiller:
                 self.warm.pop(key, None)
             return self.dataset[index]
         ok, value = got
+        if ok is None:  # a read started ahead (read_ahead): its Future
+            return value.result()
         if not ok:
             raise value
         return value
@@ -226,7 +252,8 @@ class BatchFiller:
         raise first
 
     def fill(self, packer: Any, layout: Any, slot: int, indices: Any, seed: int, epoch: int,
-             ring: Any = None, pid: int = 0) -> tuple[VarImage | None, bytes | None]:
+             ring: Any = None, pid: int = 0,
+             pre: Any = None) -> tuple[VarImage | None, bytes | None]:
         """Load the samples ``indices`` (an int64 array) into ``slot``. Returns (the batch's
         variable image, or None if the layout has no object or ragged leaves, None) or (None,
         the packed exception). With a ``ring``, the row being loaded is recorded in the slot
@@ -235,7 +262,7 @@ class BatchFiller:
         index = None
         image = None
         batch: list[int] | None = None
-        pre: Any = None  # NOTE [reads in flight] (_io.py): the batch's reads, if in flight
+        # NOTE [reads in flight] (_io.py): ``pre``, the batch's reads if already in flight
         self.rows = len(indices)
         self.skipped = []
         ctx = _local.ctx
@@ -269,7 +296,9 @@ class BatchFiller:
                     ds = _Kept(self, seed, epoch) if self.warm else self.dataset
                     if layout.global_rng:  # NOTE [global RNGs]
                         ds = _rngs.Seeding(ds, seed, epoch)
-                    if self.io > 1 or self.is_async:  # NOTE [reads in flight] (_io.py)
+                    if pre is not None:  # NOTE [reads in flight] (_io.py): started already
+                        ds = pre
+                    elif self.io > 1 or self.is_async:
                         ds = pre = self._prefetched(ds, idx_list, seed, epoch)
                     if self.skip:
                         ds = _Skipping(self, ds, idx_list)

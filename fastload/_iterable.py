@@ -162,8 +162,14 @@ class IterFiller(BatchFiller):
             raise sample
         return BatchLayout(sample, batch_size, spec)
 
+    def reads_apply(self) -> bool:
+        """A worker's iterator yields its samples in order: no reads in flight (NOTE [reads in
+        flight] in _io.py)."""
+        return False
+
     def fill(self, packer: Any, layout: Any, slot: int, indices: Any, seed: int, epoch: int,
-             ring: Any = None, pid: int = 0) -> tuple[VarImage | None, bytes | None]:
+             ring: Any = None, pid: int = 0,
+             pre: Any = None) -> tuple[VarImage | None, bytes | None]:
         from ._ring import F_ENDED
 
         objects: list[Any] = []

@@ -51,7 +51,7 @@ class Mailbox:
         self.probe_worker = to
         self.probe_started = self.probe_failed = self.probe_stale = False
         for k, index in warm:
-            self.pool.send(k, probe._replace(sample=index, spec=None, report=False))
+            self.pool.send(k, probe._replace(sample=index, spec=None, report=False, rest=()))
 
     def retarget(self) -> None:
         """``load_state_dict`` moved where the first pass starts: a probe in flight was sent

@@ -79,6 +79,10 @@ class Probe(NamedTuple):
     alternates: tuple[int, ...] = ()
     #: NOTE [global RNGs] (fastload/_rngs.py): _rngs.OFF, DETECT or ON for this sample
     globals: int = 0
+    #: NOTE [reads in flight] (fastload/_io.py): io_concurrency, and the other samples of the
+    #: probe's batch, whose reads start with the probe's (io_concurrency > 1)
+    io: int = 1
+    rest: tuple[int, ...] = ()
 
 
 class Attach(NamedTuple):

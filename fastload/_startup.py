@@ -84,9 +84,12 @@ class Startup:
         globals_mode = mode_of(self.cfg.seed_globals,
                                threads=self.pool.threads or self.cfg.io_concurrency > 1,
                                iterable=self.plan.iterable)  # NOTE [global RNGs] (_rngs.py)
+        io, ahead = self.cfg.io_concurrency, tuple[int, ...]()  # NOTE [reads in flight] (_io.py)
+        if io > 1 and not self.plan.iterable:
+            ahead = tuple(int(i) for i in self.plan.batch(e, b)[1:])
         self.mail.send_probe(m.Probe(self.cid, sample, self.plan.rows, self.plan.seed, e,
                                      self.cfg.sample_spec, alternates=alternates,
-                                     globals=globals_mode), rest, to)
+                                     globals=globals_mode, io=io, rest=ahead), rest, to)
         self.warmed = True
 
     def wait_layout(self, p: Pass, check_workers: Callable[[Pass], None]) -> BatchLayout:

@@ -198,6 +198,9 @@ class _Client:
         self.layout: Any = None
         self.slots: Any = None
         self.shared = False  # its batches may be shared (NOTE [pieces] in csrc/fl_ring.c)
+        #: NOTE [reads in flight] (_io.py): a batch taken ahead, and reads in flight by slot
+        self.ahead: Any = None
+        self.reads: dict[int, Any] = {}
         self.row_s = 1.0  # seconds to load one row (a moving average): slow until measured
         #: fl_ring_take's shape of this worker's pieces of shared batches (``_timed``): single
         #: rows until a row's time is known
@@ -233,6 +236,10 @@ class _Client:
         if self.region is not None:
             self.region.close()
         self.ring = self.packer = self.region = self.slots = None
+        for pre in self.reads.values():
+            pre.cancel()
+        self.reads.clear()
+        self.ahead = None  # the loader retires its slot (any state)
         if self.filler is not None:
             self.filler.close()  # its read threads (NOTE [reads in flight] in _io.py)
         self.filler = None
@@ -242,6 +249,9 @@ class _Client:
         assert self.filler is not None
         set_worker_info(self.info)
         self.filler.globals = msg.globals  # NOTE [global RNGs] (_rngs.py)
+        self.filler.io = msg.io  # NOTE [reads in flight] (_io.py): the batch's reads begin
+        if msg.rest and self.filler.reads_apply():
+            self.filler.read_ahead(msg.rest, msg.seed, msg.epoch)
         if not msg.report:  # NOTE [first samples] (_startup.py): load it now, pack it later
             self.filler.warm_up(msg.sample, msg.seed, msg.epoch)
             return
@@ -258,6 +268,33 @@ class _Client:
             conn.send(m.ProbeFailed(self.cid, pack_exception(e, msg.sample, self.worker.worker_id)))
         else:
             conn.send(m.LayoutFound(self.cid, layout))
+
+    def take(self) -> Any:
+        """The next piece to load: the batch taken ahead (NOTE [reads in flight] in _io.py),
+        else RingIndex.take's answer."""
+        if self.ahead is not None:
+            t, self.ahead = self.ahead, None
+            return t
+        return self.ring.take(self.worker.worker_id, self.divisor, self.min_units, self.pid)
+
+    def _read_ahead(self, t: Any) -> Any:
+        """NOTE [reads in flight]: the reads of batch ``t`` (already in flight, or started now),
+        and the next batch taken now with its reads started, so that a worker's reads do not
+        stop between its batches."""
+        filler, slots = self.filler, self.slots
+        assert filler is not None
+        pre = self.reads.pop(t.slot, None)
+        if pre is None:
+            pre = filler.start_reads(slots.indices(t.slot, t.count), slots.seed(t.slot),
+                                     t.epoch)
+        nxt = self.ring.take(self.worker.worker_id, self.divisor, self.min_units, self.pid)
+        if nxt and not nxt.shared:
+            self.ahead = nxt
+            self.reads[nxt.slot] = filler.start_reads(slots.indices(nxt.slot, nxt.count),
+                                                      slots.seed(nxt.slot), nxt.epoch)
+        elif nxt:
+            self.ahead = nxt
+        return pre
 
     def load(self, t: Any) -> None:
         """Load the piece ``t`` (RingIndex.take) took: a whole batch, or a piece of a shared one
@@ -276,8 +313,10 @@ class _Client:
         indices = slots.indices(slot, t.count)
         wid = self.worker.worker_id
         t0 = time.perf_counter()
+        pre = self._read_ahead(t) if self.filler.reads_apply() else None
         image, error = self.filler.fill(
             self.packer, self.layout, slot, indices, slots.seed(slot), t.epoch, ring, self.pid,
+            pre,
         )
         if self.shared:  # how long a row takes, for the pieces of shared batches
             self._timed(t0, len(indices))
@@ -447,7 +486,7 @@ class _Worker:
                 client = active[(self.next + k) % n]
                 # NOTE [pieces] (csrc/fl_ring.c): a piece given to this worker first, then the
                 # oldest batch nobody began, then a piece of a shared batch begun
-                t = client.ring.take(self.worker_id, client.divisor, client.min_units, self.pid)
+                t = client.take()
                 if t:
                     self.next = (self.next + k + 1) % n  # the next scan starts past this ring
                     client.load(t)
