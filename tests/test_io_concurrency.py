@@ -110,3 +110,16 @@ def test_a_stuck_read_times_out_naming_its_sample_and_close_does_not_wait():
 def test_bad_values_are_refused(value):
     with pytest.raises((TypeError, ValueError), match="io_concurrency"):
         fastload.Loader(Stuck(4, -1, 0), 2, num_workers=0, io_concurrency=value)
+
+
+def test_a_worker_killed_with_two_batches_in_flight_loses_nothing(tmp_path):
+    # the worker holds the batch it fills and the one it took ahead (NOTE [reads in flight]);
+    # both go back to the ring when it dies, and the restarted worker loads them again
+    from tests.helpers.faults import KillFirstTimes
+
+    with fastload.Loader(KillFirstTimes(64, bad=21, times=1, flag_dir=str(tmp_path)), 8,
+                         num_workers=2, io_concurrency=4, on_worker_death="restart",
+                         start_method="fork") as loader:
+        out = np.concatenate([idx for idx, _ in loader])
+        assert loader.stats()["worker_restarts"] == 1
+    assert out.tolist() == list(range(64))
