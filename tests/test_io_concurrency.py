@@ -26,6 +26,15 @@ def server(tmp_path_factory):
     s.close()
 
 
+@pytest.fixture(autouse=True)
+def _idle_after(request):
+    """Reads a closed loader left in flight (read ahead) finish on the server before the leak
+    check counts its sockets."""
+    yield
+    if "server" in request.fixturenames:
+        request.getfixturevalue("server").wait_idle()
+
+
 def _epoch(dataset, **kw):
     kw.setdefault("batch_size", 8)
     with fastload.Loader(dataset, shuffle=True, seed=4, **kw) as loader:
@@ -123,3 +132,31 @@ def test_a_worker_killed_with_two_batches_in_flight_loses_nothing(tmp_path):
         out = np.concatenate([idx for idx, _ in loader])
         assert loader.stats()["worker_restarts"] == 1
     assert out.tolist() == list(range(64))
+
+
+@pytest.mark.parametrize("how", ["thread", "pool", "unstacked", "ragged"])
+def test_reads_in_flight_meet_the_other_features(server, how):
+    # thread workers, a shared pool, stack=False and ragged leaves: the same samples and draws
+    # as one read at a time in this process
+    ref = _epoch(Remote(server.url, N), num_workers=0)
+    kw: dict = {"num_workers": 2, "io_concurrency": 6}
+    if how == "thread":
+        kw["worker_method"] = "thread"
+    elif how == "unstacked":
+        kw.update(stack=False, start_method="fork")
+    elif how == "ragged":
+        kw.update(ragged={"sample[0]": "list"}, start_method="fork")
+    else:
+        kw["start_method"] = "fork"
+    if how == "pool":
+        with fastload.Pool(2, start_method="fork") as pool:
+            kw.pop("num_workers")
+            kw.pop("start_method")
+            got = _epoch(Remote(server.url, N), pool=pool, **kw)
+    else:
+        got = _epoch(Remote(server.url, N), **kw)
+    if how == "unstacked":  # each batch: a list of (array, draw, worker) samples
+        got = [(np.stack([s[0] for s in b]), np.array([s[1] for s in b]), None) for b in got]
+    elif how == "ragged":
+        got = [(np.stack(x), r, w) for x, r, w in got]
+    _same(got, ref)

@@ -28,6 +28,15 @@ class SampleServer:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802  (http.server's name)
                 server.hits += 1
+                with server.lock:
+                    server.active += 1
+                try:
+                    self._get()
+                finally:
+                    with server.lock:
+                        server.active -= 1
+
+            def _get(self) -> None:
                 name = self.path.lstrip("/")
                 time.sleep(slow_s if name in slow else latency)
                 path = os.path.join(root, name)
@@ -45,6 +54,8 @@ class SampleServer:
                 pass
 
         self.hits = 0
+        self.active = 0  # requests being answered (their sockets are open)
+        self.lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         # a client gone (a loader closed with reads ahead in flight) is not an error here
         self.httpd.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
@@ -52,6 +63,14 @@ class SampleServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
+
+    def wait_idle(self, timeout: float = 10.0) -> None:
+        """Until no request is being answered: reads a closed loader left in flight end (and
+        close their sockets) after their latency."""
+        deadline = time.monotonic() + timeout
+        while self.active and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)  # the handler thread closes its socket after do_GET returns
 
     def close(self) -> None:
         self.httpd.shutdown()
