@@ -1,4 +1,4 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True, embedsignature=True
+# cython: language_level=3, freethreading_compatible=True, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True, embedsignature=True
 """Packing samples into slot rows, and the lease that lends a slot to the user.
 
 ``Packer`` walks a sample alongside the layout computed from the first sample (see
@@ -8,6 +8,7 @@ copies). Non-contiguous, Fortran-ordered and byte-swapped arrays take a NumPy co
 same row. Nothing is ever written outside the slot: the byte count of every copy is checked
 against the field's row size and the slot's bounds before the copy.
 """
+cimport cython
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcpy
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBuffer_FillInfo,
@@ -90,6 +91,9 @@ cdef class Packer:
     cdef Py_ssize_t _data_offset, _slot_bytes, _nslots, _batch_size
     cdef object _tree
     cdef list _offsets, _row_bytes, _dtypes, _shapes, _kinds
+    # NOTE [free threading]: calls in a copy (GIL released); a close() meanwhile is deferred
+    cdef int _inside
+    cdef bint _close_pending
 
     def __cinit__(self, region, Py_ssize_t data_offset, Py_ssize_t slot_bytes,
                   Py_ssize_t nslots, Py_ssize_t batch_size, tree, fields):
@@ -142,13 +146,24 @@ cdef class Packer:
             PyBuffer_Release(&self._view)
             self._has_view = False
 
+    @cython.critical_section
     def close(self):
-        """Drop the region export (idempotent)."""
-        if self._has_view:
+        """Drop the region export (idempotent; deferred while another thread copies)."""
+        self._base = NULL
+        if self._inside:
+            self._close_pending = True
+        elif self._has_view:
             PyBuffer_Release(&self._view)
             self._has_view = False
-            self._base = NULL
 
+    cdef inline void _leave(self) noexcept:
+        self._inside -= 1
+        if self._close_pending and self._inside == 0 and self._has_view:
+            PyBuffer_Release(&self._view)
+            self._has_view = False
+            self._close_pending = False
+
+    @cython.critical_section
     def pack(self, Py_ssize_t slot, Py_ssize_t row, sample, list objects):
         """Write ``sample`` into row ``row`` of slot ``slot``.
 
@@ -162,8 +177,13 @@ cdef class Packer:
         if row < 0 or row >= self._batch_size:
             raise IndexError(f"row {row} out of range [0, {self._batch_size})")
         cdef char *slot_base = self._base + self._data_offset + slot * self._slot_bytes
-        self._walk(self._tree, sample, slot_base, row, objects)
+        self._inside += 1
+        try:
+            self._walk(self._tree, sample, slot_base, row, objects)
+        finally:
+            self._leave()
 
+    @cython.critical_section
     def pack_batch(self, Py_ssize_t slot, batch, Py_ssize_t count):
         """Write an already-stacked batch (the sample structure with every array leaf of shape
         ``(count, *field_shape)``) into rows ``[0, count)`` of slot ``slot``."""
@@ -174,8 +194,13 @@ cdef class Packer:
         if count < 1 or count > self._batch_size:
             raise IndexError(f"count {count} out of range [1, {self._batch_size}]")
         cdef char *slot_base = self._base + self._data_offset + slot * self._slot_bytes
-        self._walk(self._tree, batch, slot_base, 0, None, count)
+        self._inside += 1
+        try:
+            self._walk(self._tree, batch, slot_base, 0, None, count)
+        finally:
+            self._leave()
 
+    @cython.critical_section
     def gather(self, Py_ssize_t slot, Py_ssize_t leaf, source, indices, Py_ssize_t row0=0):
         """Copy rows ``source[indices]`` into field ``leaf`` of slot ``slot`` in C, GIL released,
         as the batch's rows ``row0, row0 + 1, ...``.
@@ -209,6 +234,7 @@ cdef class Packer:
         cdef int rc
         cdef size_t nrows = <size_t>source.shape[0]
         PyObject_GetBuffer(source, &src, PyBUF_SIMPLE)  # raises for non-contiguous sources
+        self._inside += 1
         try:
             if rb > 0 and <size_t>src.len != nrows * <size_t>rb:
                 raise ValueError("source buffer size disagrees with its shape")
@@ -219,6 +245,7 @@ cdef class Packer:
                                     nrows, <size_t>rb, &idx[0], <size_t>n, &bad)
         finally:
             PyBuffer_Release(&src)
+            self._leave()
         if rc != FL_OK:
             if bad < <size_t>n and (idx[bad] < 0 or <size_t>idx[bad] >= nrows):
                 raise IndexError(f"index {idx[bad]} is out of range for {nrows} rows")

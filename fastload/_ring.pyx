@@ -1,9 +1,25 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True, embedsignature=True
+# cython: language_level=3, freethreading_compatible=True, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True, embedsignature=True
 """RingIndex: the Python face of csrc/fl_ring.c over a shared buffer.
 
 This module only converts types, releases the GIL around waits and turns status codes into
 exceptions (fastload._status); all policy lives in the Python layer.
+
+NOTE [free threading]
+Both compiled modules declare ``freethreading_compatible``. What a GIL build gave for free is
+explicit: every method of a RingIndex, a Bell and a Packer runs in a critical section on its
+object (``@cython.critical_section``; a no-op with the GIL), so a close() from another thread
+can never come between a method's "closed?" check and its use of the mapping. Waits and copies
+release the GIL (on a free-threaded build: leave the critical section) inside; they count
+themselves in ``_inside``, changed only within the critical section, and a close() meanwhile
+only forbids new calls: the last thread to leave drops the buffer export, so the mapping is
+never unmapped under a C loop that reads it. The C ring itself is lock-free (atomics; the C
+tests run under TSan). The Python state of these objects is set at construction and read-only
+after (the packer's tree and field lists), and the Python layer above gives each worker thread
+its own RingIndex and Packer (one attach per client). A free-threaded interpreter cannot be had
+on the machines this was written on: the stress test (tests/test_free_threading.py) runs on GIL
+builds and would run as is on a free-threaded one.
 """
+cimport cython
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
 
@@ -119,7 +135,7 @@ cdef class _Mapped:
     cdef void *_mem
     cdef size_t _nbytes
     cdef str _what
-    cdef int _inside  # threads in a wait on this buffer (changed with the GIL held)
+    cdef int _inside  # threads in a wait on this buffer (changed in the critical section)
     cdef bint _close_pending
 
     def __cinit__(self, buffer, *args, **kwargs):
@@ -134,6 +150,7 @@ cdef class _Mapped:
             PyBuffer_Release(&self._view)
             self._has_view = False
 
+    @cython.critical_section
     def close(self):
         """Drop the buffer export (idempotent; deferred while a thread waits inside). Every
         other method then raises ValueError."""
@@ -197,8 +214,8 @@ cdef class Take:
 
 cdef class RingIndex(_Mapped):
     """A ring over a writable buffer (the whole shared region): NOTE [pieces] in
-    csrc/fl_ring.c. Safe to call from several threads (the GIL orders the Python objects; the
-    C calls are lock-free), with one parent thread queueing.
+    csrc/fl_ring.c. Safe to call from several threads (NOTE [free threading]: a critical
+    section per call; the C calls are lock-free), with one parent thread queueing.
 
     ``RingIndex(buffer)`` attaches to a formatted region; ``RingIndex.create(...)`` formats it.
     The buffer stays exported (so it cannot be unmapped) until :meth:`close`.
@@ -235,6 +252,7 @@ cdef class RingIndex(_Mapped):
         return 0
 
     # -- parent ---------------------------------------------------------------------------
+    @cython.critical_section
     def queue(self, long long slot, uint64_t seq, uint64_t epoch, uint32_t count,
               target=None, bint share=False, owners=()):
         """[parent] FREE ``slot`` -> QUEUED: batch ``seq`` of ``count`` rows, for any worker or
@@ -252,6 +270,7 @@ cdef class RingIndex(_Mapped):
         _check(fl_ring_queue(m, slot, seq, epoch, count, t, FL_SHARE_ON if share else FL_SHARE_OFF,
                              p, n), f"queueing slot {slot}")
 
+    @cython.critical_section
     def wait(self, long long slot, double timeout):
         """[parent] Wait (GIL released) up to ``timeout`` s for ``slot`` to leave QUEUED.
 
@@ -273,6 +292,7 @@ cdef class RingIndex(_Mapped):
         _check(rc, f"waiting for slot {slot}")
         return state
 
+    @cython.critical_section
     def await_result(self, long long slot, double timeout):
         """[parent] Wait (GIL released) up to ``timeout`` s for ``slot`` to be done, then read
         its result in the same call (the parent's hot path: one call per batch).
@@ -303,11 +323,13 @@ cdef class RingIndex(_Mapped):
         return (FL_STATE_BITS(state), FL_OWNER_BITS(state), i.seq, i.rows, i.count, i.flags,
                 i.var_bytes, i.pid, state)
 
+    @cython.critical_section
     def begin_read(self, long long slot):
         cdef void *m = self._m()
         self._slot_ok(slot)
         _check(fl_ring_begin_read(m, slot), f"reading slot {slot}")
 
+    @cython.critical_section
     def retire(self, long long slot):
         """[parent] Done with ``slot`` in whatever state (NOTE [pieces]): True if it is FREE
         now, False while workers still load pieces of it (the last of them frees it)."""
@@ -317,6 +339,7 @@ cdef class RingIndex(_Mapped):
         _check(fl_ring_retire(m, slot, &freed), f"retiring slot {slot}")
         return bool(freed)
 
+    @cython.critical_section
     def give_back(self, long long slot, uint32_t worker_id, bint reopen):
         """[parent] Dead worker ``worker_id``'s pieces of ``slot``: FREE for others to load
         (``reopen``) or CLOSED (the batch is abandoned). Returns how many."""
@@ -327,15 +350,18 @@ cdef class RingIndex(_Mapped):
                f"giving back worker {worker_id}'s pieces of slot {slot}")
         return n
 
+    @cython.critical_section
     def stop(self):
         """[parent] Set the stop flag: workers take nothing more."""
         _check(fl_ring_stop(self._m()), "stopping the ring")
 
     @property
     def stopped(self):
-        return self._mem == NULL or fl_ring_stopped(self._mem) != 0
+        with cython.critical_section(self):
+            return self._mem == NULL or fl_ring_stopped(self._mem) != 0
 
     # -- workers --------------------------------------------------------------------------
+    @cython.critical_section
     def take(self, uint32_t worker_id, uint32_t divisor=1, uint32_t min_units=1, uint32_t pid=0):
         """[worker] The next piece for ``worker_id`` (csrc/fl_ring.h: fl_ring_take; never
         waits): a :class:`Take`, None if there is nothing to take, False once stopped."""
@@ -354,6 +380,7 @@ cdef class RingIndex(_Mapped):
             return False
         _check(rc, f"worker {worker_id} taking a piece")
 
+    @cython.critical_section
     def done(self, Take t, uint32_t worker_id):
         """[worker] The piece is loaded. True if that published the batch READY; None if the
         piece was no longer this worker's (given back: the parent took it for dead)."""
@@ -365,6 +392,7 @@ cdef class RingIndex(_Mapped):
         _check(rc, f"finishing a piece of slot {t.t.slot}")
         return bool(published)
 
+    @cython.critical_section
     def fail(self, Take t, uint32_t worker_id, uint32_t row):
         """[worker] Row ``row`` of the piece raised (send the error first). True if that
         published the batch FAILED; None if the piece was no longer this worker's."""
@@ -379,6 +407,7 @@ cdef class RingIndex(_Mapped):
         _check(rc, f"failing row {row} of slot {t.t.slot}")
         return bool(published)
 
+    @cython.critical_section
     def progress(self, long long slot, uint32_t piece, uint32_t rows, uint32_t pid):
         """[worker] Rows of the piece loaded so far, and the loader's pid (for messages about
         hangs and crashes)."""
@@ -386,12 +415,14 @@ cdef class RingIndex(_Mapped):
         self._slot_ok(slot)
         _check(fl_ring_progress(m, slot, piece, rows, pid), f"progress of slot {slot}")
 
+    @cython.critical_section
     def set_progress(self, long long slot, uint32_t rows, uint32_t pid):
         """[worker] progress() of a batch taken whole (its one piece)."""
         cdef void *m = self._m()
         self._slot_ok(slot)
         fl_ring_progress(m, slot, 0, rows, pid)
 
+    @cython.critical_section
     def set_rows(self, long long slot, uint32_t rows):
         """[worker] The batch has ``rows`` rows (at most its count: the worker's stream ended)."""
         cdef void *m = self._m()
@@ -401,6 +432,7 @@ cdef class RingIndex(_Mapped):
                              f"not {rows}")
         _check(fl_ring_set_rows(m, slot, rows), f"setting the rows of slot {slot}")
 
+    @cython.critical_section
     def set_result(self, long long slot, uint32_t flags, uint64_t var_bytes):
         """[worker] Record the result flags and variable-area size before done()."""
         cdef void *m = self._m()
@@ -408,6 +440,7 @@ cdef class RingIndex(_Mapped):
         fl_ring_set_result(m, slot, flags, var_bytes)
 
     # -- reading --------------------------------------------------------------------------
+    @cython.critical_section
     def state(self, long long slot):
         """The slot's state word (use :func:`state_bits` to split it)."""
         cdef void *m = self._m()
@@ -416,6 +449,7 @@ cdef class RingIndex(_Mapped):
         fl_ring_slot_state(m, slot, &w)
         return w
 
+    @cython.critical_section
     def slot_info(self, long long slot):
         """A snapshot of a slot's header, for error messages and tests."""
         cdef void *m = self._m()
@@ -431,6 +465,7 @@ cdef class RingIndex(_Mapped):
             "err_owner": i.err_owner,
         }
 
+    @cython.critical_section
     def pieces(self, long long slot):
         """The pieces of ``slot``'s batch, in row order: tuples (kind, owner, first, n, done,
         pid) (kind: PIECE_*; rows [first, first + n), ``done`` of them loaded)."""
@@ -448,12 +483,14 @@ cdef class RingIndex(_Mapped):
         got = min(got, n)
         return [tuple(int(x) for x in arr[6 * k:6 * k + 6]) for k in range(got)]
 
+    @cython.critical_section
     def slot_count(self, long long slot):
         """Rows in the batch queued into ``slot``."""
         cdef void *m = self._m()
         self._slot_ok(slot)
         return fl_ring_slot(m, slot).count
 
+    @cython.critical_section
     def stats(self):
         """Operation counters from the control block (exact when no one is running)."""
         cdef fl_header *h = <fl_header *>self._m()
@@ -480,14 +517,17 @@ cdef class Bell(_Mapped):
             _check(fl_bell_init(self._mem, self._nbytes), "formatting the pool's bell")
         _check(fl_bell_attach(self._mem, self._nbytes), "attaching to the pool's bell")
 
+    @cython.critical_section
     def value(self):
         """The counter; read it before looking for work."""
         return fl_bell_value(self._m())
 
+    @cython.critical_section
     def ring(self, bint wake_all=False):
         """Bump the counter and wake one sleeping worker (all with ``wake_all``)."""
         _check(fl_bell_ring(self._m(), wake_all), "ringing the pool's bell")
 
+    @cython.critical_section
     def wait(self, uint32_t seen, double timeout):
         """Sleep (GIL released) while the counter is ``seen``, at most ``timeout`` seconds.
 
@@ -508,10 +548,12 @@ cdef class Bell(_Mapped):
             return None
         _check(rc, "waiting on the pool's bell")
 
+    @cython.critical_section
     def stop(self):
         """Set the stop flag and wake every sleeper."""
         _check(fl_bell_stop(self._m()), "stopping the pool's bell")
 
+    @cython.critical_section
     def stats(self):
         cdef uint64_t rings = 0, wakes = 0, waits = 0
         _check(fl_bell_stats(self._m(), &rings, &wakes, &waits), "reading the bell's counters")
