@@ -40,7 +40,7 @@ def pack_exception(exc: BaseException, index: int | None, worker_id: int | None,
         "index": index,
         "batch": batch,
         "context": _safe_context(exc),
-        "where": where,
+        "where": where if where is not None else _safe_attr(exc, "_fastload_where"),
         "worker_id": worker_id,
         "pid": os.getpid(),
     }
@@ -49,8 +49,17 @@ def pack_exception(exc: BaseException, index: int | None, worker_id: int | None,
 
 def _safe_context(exc: BaseException) -> str | None:
     """Where in a stream the error happened (set by fastload/_stream.py), if it says."""
-    where = getattr(exc, "_fastload_context", None)
-    return where if isinstance(where, str) else None
+    return _safe_attr(exc, "_fastload_context")
+
+
+def _safe_attr(exc: BaseException, name: str) -> str | None:
+    """``exc``'s string attribute ``name``: set by fastload/_stream.py (``_fastload_where``
+    names what was read instead of "sample index N", as a shard being counted)."""
+    try:
+        got = getattr(exc, name, None)
+    except Exception:
+        return None
+    return got if isinstance(got, str) else None
 
 
 def _safe_str(exc: BaseException) -> str:

@@ -11,7 +11,8 @@ by wrapping around, padding marked invalid by ``return_mask``) or floor(N/w) wit
 every rank has the same number of batches, and each rank reads long runs of few shards. The
 order depends on (seed, epoch, world size) only, never on num_workers or the start method.
 Equal batch counts need N before the first batch: ``shard_len`` gives it, or each shard is
-counted once, in parallel in worker processes, when the Loader is built.
+counted once, in parallel in worker processes, when a Loader is first built over it, and
+remembered (NOTE [shard lengths] in _shard_lengths.py).
 
 A worker loads batch b by reading, for each shard it touches, the range of raw positions it
 needs (a shuffle window: the whole window) with ``iter_shard(shard, start)``; it keeps its last
@@ -42,6 +43,8 @@ import numpy as np
 
 from ._fill import sample_ctx
 from ._plan import STATE_FORMAT, EpochPlan
+from ._shard_lengths import shard_lengths
+from .errors import LoaderTimeoutError
 from .stream import ShardedStream
 
 __all__ = ["StreamView", "StreamPlan", "stream_view"]
@@ -194,7 +197,8 @@ class StreamView:
             try:
                 out.append((columns_of(self.shards[s]), np.ascontiguousarray(raws)))
             except Exception as e:
-                _name(e, int(g[0]), f"shard {self.shards[s]!r} (shard {s})")
+                _name(e, int(g[0]), f"shard {self.shards[s]!r} (shard {s}), positions "
+                                    f"{int(raws.min())}..{int(raws.max())} of the shard")
                 raise
         return out
 
@@ -277,12 +281,16 @@ def _close(it: Any) -> None:
             pass
 
 
-def _name(e: BaseException, g: int, where: str) -> None:
-    """Say in the error where in the stream it happened (read by fastload/_remote.py)."""
+def _name(e: BaseException, g: int, where: str, what: str | None = None) -> None:
+    """Say in the error where in the stream it happened (read by fastload/_remote.py):
+    ``where`` after the sample ``g``, or, with ``what``, ``what`` instead of "sample index g"
+    (the counting pass, whose item numbers are nobody's samples)."""
     try:
         if getattr(e, "_fastload_context", None) is None:
             e._fastload_context = where  # type: ignore[attr-defined]
             e._fastload_sample = g  # type: ignore[attr-defined]
+            if what is not None:
+                e._fastload_where = what  # type: ignore[attr-defined]
     except Exception:
         pass  # an exception type without attributes: the batch is still named
 
@@ -305,42 +313,65 @@ def _concat(pieces: list[Any]) -> Any:
 
 
 class _ShardCounter:
-    """Map-style: item k is the number of samples of shard k (for streams without shard_len)."""
+    """Map-style: item k is the number of samples of shard ``todo[k]`` (a stream without
+    shard_len, NOTE [shard lengths] in _shard_lengths.py); an error names the shard and the
+    position it was read to, not the counter's item."""
 
-    def __init__(self, stream: Any, shards: list[Any]) -> None:
-        self.stream, self.shards = stream, shards
+    def __init__(self, stream: Any, shards: list[Any], todo: list[int]) -> None:
+        self.stream, self.shards, self.todo = stream, shards, todo
 
     def __len__(self) -> int:
-        return len(self.shards)
+        return len(self.todo)
 
     def __getitem__(self, k: int) -> Any:
+        s = self.todo[k]
+        shard = self.shards[s]
         n = 0
-        for _ in self.stream.iter_shard(self.shards[k], 0):
-            n += 1
+        try:
+            for _ in self.stream.iter_shard(shard, 0):
+                n += 1
+        except Exception as e:
+            _name(e, s, f"counting its samples: iter_shard({shard!r}, start=0) at position {n} "
+                        "of the shard", what=f"shard {shard!r} (shard {s})")
+            raise
         return np.int64(n)
+
+
+def _count(stream: Any, shards: list[Any], todo: list[int], loader: Callable[..., Any] | None,
+           num_workers: int | None, start_method: str | None,
+           timeout: float | None) -> list[int]:
+    """The lengths of shards ``todo``, read whole in parallel by the workers of a ``loader``
+    (fastload.Loader), one shard a batch, each within ``timeout`` seconds."""
+    assert loader is not None, "counting a stream's shards needs fastload.Loader"
+    nw = min(len(todo), num_workers if num_workers is not None else 2)
+    got: list[int] = []
+    try:
+        with loader(_ShardCounter(stream, shards, todo), 1, num_workers=nw,
+                    start_method=start_method, share_dataset=False, timeout=timeout) as ld:
+            got += (int(b[0]) for b in ld)
+    except LoaderTimeoutError as e:
+        s = todo[len(got)]  # batches come in order: the first shard not counted yet
+        raise LoaderTimeoutError(
+            f"counting the samples of shard {shards[s]!r} (shard {s}) took more than "
+            f"timeout={timeout}s (the stream has no shard_len, so each shard is read whole "
+            "once, and then remembered: NOTE [shard lengths]). Define shard_len, raise the "
+            f"timeout, or look at the read of that shard. ({e})") from e
+    return got
 
 
 def stream_view(stream: ShardedStream, shuffle: bool, shuffle_buffer: int | None,
                 num_workers: int | None, start_method: str | None,
-                loader: Callable[..., Any] | None = None) -> StreamView:
-    """The StreamView of ``stream``: its shards, their lengths (counted in workers by a
-    ``loader``, fastload.Loader, if need be: NOTE [stream order]) and the shuffle window."""
+                loader: Callable[..., Any] | None = None,
+                timeout: float | None = None) -> StreamView:
+    """The StreamView of ``stream``: its shards, their lengths (from shard_len, remembered, or
+    counted in workers by a ``loader``, fastload.Loader: NOTE [shard lengths]) and the shuffle
+    window."""
     shards = list(stream.shards())
     window = DEFAULT_SHUFFLE_BUFFER if shuffle_buffer is None else shuffle_buffer
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ValueError(f"shuffle_buffer must be an int >= 1, got {shuffle_buffer!r}")
-    shard_len = getattr(stream, "shard_len", None)
-    if shard_len is not None:
-        lengths = [shard_len(s) for s in shards]
-    elif not shards:
-        lengths = []
-    else:
-        counter = _ShardCounter(stream, shards)
-        nw = min(len(shards), num_workers if num_workers is not None else 2)
-        assert loader is not None, "counting a stream's shards needs fastload.Loader"
-        with loader(counter, 1, num_workers=nw, start_method=start_method,
-                    share_dataset=False) as ld:
-            lengths = [int(b[0]) for b in ld]
+    lengths = shard_lengths(stream, shards, lambda todo: _count(
+        stream, shards, todo, loader, num_workers, start_method, timeout))
     for s, n in zip(shards, lengths):
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
             raise ValueError(f"shard_len({s!r}) returned {n!r}; expected an int >= 0")

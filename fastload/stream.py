@@ -58,12 +58,60 @@ class ShardedStream:
         raise NotImplementedError(f"{type(self).__name__} must define iter_shard(shard, start)")
 
     # shard_len(self, shard) -> int is optional: define it when cheap (a file header, a table's
-    # row count). Without it fastload counts each shard once, in the workers, when the Loader
-    # is built (equal batches on every rank need every shard's length: NOTE [stream order]).
+    # row count). Without it fastload reads each shard whole once, in the workers, when a Loader
+    # is first built over it (equal batches on every rank need every shard's length: NOTE
+    # [stream order]), and remembers the count (NOTE [shard lengths] in _shard_lengths.py).
+
+    def shard_file(self, shard: Any) -> str | os.PathLike[str] | None:
+        """The file whose content fixes how many samples ``shard`` has, or None.
+
+        Used only without :meth:`shard_len`: fastload counts such a shard once and remembers
+        the count, for the file's path, size and modification time and the stream's class, in
+        its cache folder (``FASTLOAD_CACHE_DIR``), so a later run or a resume reads the file
+        only for what it delivers. By default, the shard itself when it is a path to a file.
+        Return None for a shard that two objects of this class would count differently."""
+        if isinstance(shard, (str, os.PathLike)) and os.path.isfile(shard):
+            return shard
+        return None
 
 
-def _npy_len(path: str) -> int:
-    return int(np.load(path, mmap_mode="r").shape[0])
+def _npy_header(path: str) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """(shape, dtype) of the .npy file ``path``, from its header alone (no data read)."""
+    fmt = np.lib.format
+    with open(path, "rb") as f:
+        try:
+            version = fmt.read_magic(f)
+            if version == (1, 0):
+                shape, _, dtype = fmt.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, _, dtype = fmt.read_array_header_2_0(f)
+            else:  # 3.0 (utf-8 field names): let np.load read that header
+                x = np.load(path, mmap_mode="r")
+                shape, dtype = x.shape, x.dtype
+        except ValueError as e:
+            raise ValueError(f"NpyShards: {path!r} is not a .npy file NumPy can read: {e}") \
+                from None
+    return tuple(shape), np.dtype(dtype)
+
+
+def _alike(what: str, names: list[str], heads: list[tuple[tuple[int, ...], Any]]) -> None:
+    """Every array of ``heads`` (shape, dtype) has one dtype and one row shape, or a ValueError
+    naming the first that differs from the most common one."""
+    for part, label in ((lambda h: h[1], "dtype"), (lambda h: h[0][1:], "row shape")):
+        seen = [part(h) for h in heads]
+        common = max(seen, key=seen.count)
+        odd = [k for k, v in enumerate(seen) if v != common]
+        if odd:
+            k = odd[0]
+            more = f" (and {len(odd) - 1} more)" if len(odd) > 1 else ""
+            raise ValueError(
+                f"NpyShards: {what} {names[k]!r}{more} has {label} {_show(seen[k])}, the other "
+                f"{len(seen) - len(odd)} {what}s {_show(common)}; every {what} must have the "
+                f"same dtype and row shape (shape {heads[k][0]} here)")
+
+
+def _show(x: Any) -> str:
+    return str(x) if isinstance(x, np.dtype) else str(tuple(x))
 
 
 class NpyShards(ShardedStream):
@@ -72,7 +120,8 @@ class NpyShards(ShardedStream):
     Parameters
     ----------
     paths : sequence of str or os.PathLike
-        One ``.npy`` file per shard; every file has the same dtype and row shape.
+        One ``.npy`` file per shard; every file has the same dtype and row shape (checked
+        from the headers when it is built: a ValueError names the file that differs).
     labels : sequence of paths or arrays, optional
         A companion array per shard (same number of rows): samples are then ``(row, label)``.
 
@@ -104,12 +153,29 @@ class NpyShards(ShardedStream):
         self.labels = None if labels is None else [
             os.fspath(a) if isinstance(a, (str, os.PathLike)) else np.asarray(a) for a in labels]
         self._maps: dict[int, tuple[Any, Any]] = {}
-        for k in range(len(self.paths)):  # clear errors now, in the main process
-            x, y = self._open(k)
-            if y is not None and len(y) != len(x):
-                raise ValueError(f"NpyShards: shard {self.paths[k]!r} has {len(x)} rows but "
-                                 f"its labels have {len(y)}")
-        self._maps.clear()
+        # Clear errors now, in the main process, from the headers alone: a file of another
+        # dtype or row width would otherwise surface as a batch NumPy upcast or cannot stack.
+        heads = [_npy_header(p) for p in self.paths]
+        for p, (shape, dtype) in zip(self.paths, heads):
+            if not shape:
+                raise ValueError(f"NpyShards: {p!r} holds a scalar; shards must have a first "
+                                 "axis of rows")
+            if dtype.hasobject:
+                raise ValueError(f"NpyShards: {p!r} holds Python objects (dtype {dtype}); "
+                                 "its rows cannot be memory-mapped")
+        _alike("file", self.paths, heads)
+        self.lengths = [shape[0] for shape, _ in heads]
+        if self.labels is not None:
+            names = [lab if isinstance(lab, str) else f"labels[{k}]"
+                     for k, lab in enumerate(self.labels)]
+            lheads = [_npy_header(lab) if isinstance(lab, str) else (lab.shape, lab.dtype)
+                      for lab in self.labels]
+            for k, (shape, _) in enumerate(lheads):
+                if (shape[0] if shape else 1) != self.lengths[k]:
+                    raise ValueError(f"NpyShards: shard {self.paths[k]!r} has "
+                                     f"{self.lengths[k]} rows but its labels have "
+                                     f"{shape[0] if shape else 'no rows (a scalar)'}")
+            _alike("label array", names, lheads)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_maps": {}}  # workers map the files themselves
@@ -118,9 +184,6 @@ class NpyShards(ShardedStream):
         got = self._maps.get(k)
         if got is None:
             x = np.load(self.paths[k], mmap_mode="r")
-            if x.ndim == 0:
-                raise ValueError(f"NpyShards: {self.paths[k]!r} holds a scalar; shards must "
-                                 "have a first axis of rows")
             y = None
             if self.labels is not None:
                 lab = self.labels[k]
@@ -132,7 +195,7 @@ class NpyShards(ShardedStream):
         return list(range(len(self.paths)))
 
     def shard_len(self, shard: int) -> int:
-        return len(self._open(shard)[0])
+        return self.lengths[shard]
 
     def iter_shard(self, shard: int, start: int) -> Iterator[Any]:
         x, y = self._open(shard)

@@ -81,3 +81,75 @@ class Tokens(Sized):
         for x in super().iter_shard(shard, start):
             v = int(x)
             yield {"tokens": np.full(v % 5 + 1, v, np.int64), "id": np.int64(v)}
+
+
+class Lines(fastload.ShardedStream):
+    """One text file per shard, one int per line, no shard_len: fastload counts the files and
+    remembers the counts. ``log``: as Counted's, with the shard's index in ``files``."""
+
+    def __init__(self, files: list[str], log: str | None = None) -> None:
+        self.files = list(files)
+        self.log = log
+
+    def shards(self) -> list[str]:
+        return list(self.files)
+
+    def iter_shard(self, shard: str, start: int) -> Iterator[Any]:
+        if self.log is not None:
+            from fastload._fill import sample_ctx
+
+            with open(os.path.join(self.log, f"{os.getpid()}.log"), "a") as f:
+                f.write(f"{sample_ctx()[1]} {self.files.index(shard)} {start}\n")
+        with open(shard) as f:
+            for i, line in enumerate(f):
+                if i >= start:
+                    yield np.int64(int(line))
+
+
+class Pairs(Lines):
+    """The same files cut into other samples: one per two lines (the sum of the two)."""
+
+    def iter_shard(self, shard: str, start: int) -> Iterator[Any]:
+        with open(shard) as f:
+            values = [int(line) for line in f]
+        for i in range(start, len(values) // 2):
+            yield np.int64(values[2 * i] + values[2 * i + 1])
+
+
+class HangsCounting(Counted):
+    """Shard 1 stalls before its first sample (a read that never returns)."""
+
+    def iter_shard(self, shard: str, start: int) -> Iterator[Any]:
+        if shard == "part-001":
+            import time
+
+            time.sleep(600)
+        yield from super().iter_shard(shard, start)
+
+
+class CountFailsAt(Counted):
+    """No shard_len; raises OSError at position ``at`` of shard ``shard`` (while counting)."""
+
+    def __init__(self, sizes: list[int], shard: int, at: int) -> None:
+        super().__init__(sizes)
+        self.bad = (shard, at)
+
+    def iter_shard(self, shard: str, start: int) -> Iterator[Any]:
+        for i, x in enumerate(super().iter_shard(shard, start), start):
+            if (int(shard.split("-")[1]), i) == self.bad:
+                raise OSError(f"corrupt record {i}")
+            yield x
+
+
+class SizedLines(Lines):
+    """Lines with shard_len (what a stream that never counts reads)."""
+
+    def __init__(self, files: list[str], log: str | None = None) -> None:
+        super().__init__(files, log)
+        self.sizes = []
+        for path in files:
+            with open(path) as f:
+                self.sizes.append(sum(1 for _ in f))
+
+    def shard_len(self, shard: str) -> int:
+        return self.sizes[self.files.index(shard)]
