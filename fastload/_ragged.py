@@ -55,6 +55,20 @@ def _is_path(key: str) -> bool:
     return key == "sample" or key.startswith(("sample[", "sample."))
 
 
+#: How many names an error message lists before it counts the rest.
+SHOWN = 8
+
+
+def listing(names: list[str], shown: int = SHOWN, noun: str = "leaves") -> str:
+    """``names`` for an error message, the first ``shown`` of them and a count of the rest: a
+    sample of nested lists (an image as lists of lists of ints) has thousands of leaves, and
+    listing them all made messages of 170 KB."""
+    text = "[" + ", ".join(repr(n) for n in names[:shown])
+    if len(names) <= shown:
+        return text + "]"
+    return f"{text}, ...] (... and {len(names) - shown:,} more {noun})"
+
+
 class Padded(NamedTuple):
     """A ``"pad"`` leaf: ``values`` of shape ``(B, *extent)``, each sample in its corner and
     ``pad_value`` elsewhere; ``lengths`` int64: ``(B,)`` for a 1-d leaf (each sample's
@@ -147,7 +161,19 @@ class SampleSpec:
         if missing:
             raise LayoutMismatchError(
                 f"ragged names {missing}, which the first sample does not have as array leaves; "
-                f"its leaves are {leaves}")
+                f"its leaves are {listing(leaves)}{_containers(missing, leaves)}")
+
+
+def _containers(missing: list[str], leaves: list[str]) -> str:
+    """What to do about a named leaf that is a list or tuple of leaves (an image as nested
+    lists: a leaf per number)."""
+    out = ""
+    for path in missing:
+        n = sum(leaf.startswith((path + "[", path + ".")) for leaf in leaves)
+        if n:
+            out += (f"; {path} is a list or tuple of {n:,} leaves, not an array: return it as "
+                    "one array (np.asarray)")
+    return out
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,18 @@ def test_a_misspelt_or_scalar_leaf_name_is_refused_at_the_first_sample():
             list(loader)
 
 
+def test_naming_a_leaf_of_nested_lists_lists_a_few_leaves_and_counts_the_rest():
+    img = [[[x + c for c in range(3)] for x in range(32)] for _ in range(32)]  # 3,072 leaves
+    ds = Listed([{"img": img, "label": 0}])
+    with fastload.Loader(ds, 1, num_workers=0, ragged={"img": "pad"}) as loader:
+        with pytest.raises(fastload.LayoutMismatchError) as info:
+            list(loader)
+    text = str(info.value)
+    assert len(text) < 4000, len(text)  # listed all 3,073 leaves: 169,237 characters
+    assert "\"sample['img'][0][2][1]\", ...] (... and 3,065 more leaves)" in text
+    assert "sample['img'] is a list or tuple of 3,072 leaves, not an array" in text
+
+
 def test_a_key_that_starts_with_sample_is_a_key_not_a_path():
     ds = Listed([{"samples": np.arange(i + 1), "sample_rate": i} for i in range(3)])
     with fastload.Loader(ds, 3, num_workers=0, ragged={"samples": "packed"}) as loader:
