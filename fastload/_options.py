@@ -312,8 +312,10 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "pad_to_multiple", None, "int, optional",
-        "``\"pad\"`` rounds each extent that varies within the batch up to a multiple of this "
-        "(fewer distinct shapes for compiled models); extents that agree are kept.",
+        "``\"pad\"`` rounds the padded extents up to a multiple of this (fewer distinct "
+        "shapes for compiled models): a 1-d leaf's length in every batch, even one whose "
+        "rows agree; in a leaf of more dimensions, each axis on which the batch's rows differ "
+        "(an axis on which they agree, such as channels, is kept).",
     ),
     Option(
         "stack", True, "bool",

@@ -357,7 +357,11 @@ class VarImage:
             if leaf.mode == "pad":
                 hi, lo = shapes.max(axis=0), shapes.min(axis=0)
                 m = leaf.pad_to_multiple
-                extent = tuple(int(-(-h // m) * m) if h != low and m > 1 else int(h)
+                # A 1-d leaf's one axis is the one that varies: always rounded, even when the
+                # batch's rows agree (a 1-row batch of 25 is 32 with m=16, not a new shape 25).
+                # An axis of a leaf of more dimensions is rounded where the batch's rows differ:
+                # one on which they agree may be fixed (channels), and is kept.
+                extent = tuple(int(-(-h // m) * m) if m > 1 and (h != low or nd == 1) else int(h)
                                for h, low in zip(hi, lo))
                 nbytes = count * math.prod(extent) * itemsize
             else:

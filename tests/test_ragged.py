@@ -102,6 +102,15 @@ def test_global_mode_and_lengths_shapes():
     assert batch["scalar"].tolist() == [0, 1, 2, 3] and batch["n"].tolist() == [0, 1, 2, 3]
 
 
+def test_pad_to_multiple_rounds_a_1d_leaf_whose_rows_agree():
+    ds = Listed([np.arange(25), np.arange(25), np.arange(7)])
+    with fastload.Loader(ds, 2, num_workers=0, ragged="pad", pad_to_multiple=16) as loader:
+        first, last = list(loader)  # rows of equal length, then a 1-row batch
+    assert first.values.shape == (2, 32) and first.lengths.tolist() == [25, 25]
+    assert last.values.shape == (1, 16) and last.lengths.tolist() == [7]
+    assert (last.values[0, 7:] == 0).all()
+
+
 @pytest.mark.timeout(MP_TIMEOUT)
 def test_views_are_zero_copy_into_the_slot():
     ds = Tokens(n=12)

@@ -70,8 +70,8 @@ def reference(mode: str, arrays: list[np.ndarray], pad_value: Any = 0,
     ndim = arrays[0].ndim
     shapes = np.array([a.shape for a in arrays], np.int64).reshape(len(arrays), ndim)
     hi, lo = shapes.max(0), shapes.min(0)
-    extent = tuple(int(math.ceil(h / pad_to_multiple) * pad_to_multiple) if h != low else int(h)
-                   for h, low in zip(hi, lo))
+    extent = tuple(int(math.ceil(h / pad_to_multiple) * pad_to_multiple)
+                   if h != low or ndim == 1 else int(h) for h, low in zip(hi, lo))
     values = np.full((len(arrays), *extent), pad_value, dtype=arrays[0].dtype)
     for r, a in enumerate(arrays):
         values[(r,) + tuple(slice(0, s) for s in a.shape)] = a
