@@ -10,7 +10,7 @@ from typing import Any
 from ._config import LoaderConfig, dataset_len
 from ._options import OPTIONS, check_options, docstring_parameters
 from ._pool import Pool
-from .errors import LoaderClosedError
+from .errors import LayoutMismatchError, LoaderClosedError
 from .layout import BatchLayout
 
 try:
@@ -49,7 +49,13 @@ class _EpochIterator(Iterator[Any]):
         return self
 
     def __next__(self) -> Any:
-        return self._engine.next_batch(self.epoch, self._pass)
+        try:
+            return self._engine.next_batch(self.epoch, self._pass)
+        except LayoutMismatchError as e:
+            advice = _format_advice(self._engine.dataset)
+            if advice and advice not in getattr(e, "__notes__", ()):
+                e.add_note(advice)
+            raise
 
     def __del__(self) -> None:
         # Dropped unfinished (break, garbage): its pass ends and frees its slots at the
@@ -62,6 +68,23 @@ class _EpochIterator(Iterator[Any]):
     def __len__(self) -> int:
         plan = self._engine.plan  # (a batch plan is not asked before the epoch's first next())
         return plan.nbatches if plan.batch_plan is not None else plan.user_len(self.epoch)
+
+
+def _format_advice(dataset: Any) -> str | None:
+    """For a Hugging Face ``datasets.Dataset`` (or a wrapper's ``.dataset``) whose format is not
+    NumPy: its samples are Python lists, a leaf per number, which is why they do not stack.
+    Recognised by its type's module and name; ``datasets`` is not imported."""
+    for d in (dataset, getattr(dataset, "dataset", None)):
+        t = type(d)
+        if t.__name__ in ("Dataset", "IterableDataset") and t.__module__.split(".")[0] == \
+                "datasets":
+            fmt = getattr(d, "format", None)
+            kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+            if kind != "numpy":
+                return (f"fastload: this is a Hugging Face dataset in the {kind or 'python'!r} "
+                        "format, whose samples are nested Python lists (a leaf per number); "
+                        "call dataset.set_format(\"numpy\") first, so that they are arrays")
+    return None
 
 
 # Keyword arguments of the loaders users come from, and what fastload.Loader takes instead.
@@ -231,7 +254,7 @@ class Loader:
                     "which needs a map-style dataset; a ShardedStream's iter_shard cannot go on "
                     "after it raised. Skip bad records inside iter_shard (catch, log, continue)")
             dataset = stream_view(dataset, shuffle, shuffle_buffer, num_workers, start_method,
-                                  loader=Loader)
+                                  loader=Loader, timeout=timeout)
         elif shuffle_buffer is not None:
             raise ValueError("shuffle_buffer applies to a fastload.ShardedStream dataset; a "
                              "map-style dataset is shuffled whole (shuffle=True)")

@@ -104,3 +104,43 @@ def test_a_strided_memmap_view_is_reopened_not_pickled(tmp_path, start_method):
     with fastload.Loader(ds, 100, num_workers=2, start_method=start_method) as loader:
         got = np.concatenate(list(loader))
     assert np.array_equal(got, np.asarray(view))
+
+
+class _HFDataset:
+    """Looks like a Hugging Face ``datasets.Dataset`` in its default (Python) format: images as
+    nested lists, 32 x 32 x 3 = 3,072 leaves and a label (``datasets`` not needed)."""
+
+    def __init__(self, format_type=None):
+        self.format = {"type": format_type, "format_kwargs": {}, "columns": ["img", "label"]}
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        w = 32 if i < 2 else 31  # the third image is narrower: a list of another length
+        return {"img": [[[(i + x + c) % 256 for c in range(3)] for x in range(w)]
+                        for _ in range(32)], "label": i}
+
+
+_HFDataset.__module__, _HFDataset.__name__ = "datasets.arrow_dataset", "Dataset"
+_HFDataset.__qualname__ = "Dataset"
+
+
+@pytest.mark.parametrize("kw", [{"ragged": {"img": "pad"}}, {}], ids=["ragged", "stacked"])
+def test_a_python_format_hf_dataset_gives_a_short_error_that_says_set_format(kw):
+    with fastload.Loader(_HFDataset(), 2, num_workers=0, **kw) as loader:
+        with pytest.raises(fastload.LayoutMismatchError) as info:
+            list(loader)
+    text = "\n".join([str(info.value), *getattr(info.value, "__notes__", [])])
+    assert len(text) < 4000, len(text)  # was 169,237 characters with ragged=
+    assert 'dataset.set_format("numpy")' in text
+    if kw:
+        assert "... and 3,065 more leaves" in text
+        assert "sample['img'] is a list or tuple of 3,072 leaves" in text
+
+
+def test_a_numpy_format_hf_dataset_is_not_told_to_set_it():
+    with fastload.Loader(_HFDataset("numpy"), 2, num_workers=0) as loader:
+        with pytest.raises(fastload.LayoutMismatchError) as info:
+            list(loader)
+    assert not getattr(info.value, "__notes__", [])
