@@ -24,6 +24,7 @@ from .layout import BatchLayout, Field
 from .loader import Loader, backend
 from .shared import SharedDict, SharedList
 from .stream import NpyShards, ShardedStream
+from .tokens import TokenBudget
 
 __all__ = [
     "Loader",
@@ -37,6 +38,7 @@ __all__ = [
     "SharedDict",
     "ShardedStream",
     "NpyShards",
+    "TokenBudget",
     "WorkerInfo",
     "get_worker_info",
     "sample_rng",

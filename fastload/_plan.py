@@ -34,6 +34,13 @@ Front ends with their own samplers (fastload.compat) pass ``batch_plan(epoch)`` 
 indices. It is called once per epoch, in epoch order, and never before that epoch has started
 (the queue runs at most into the epoch being iterated), so a sampler may depend on what happened
 before (``DistributedSampler.set_epoch``); ``batch_size`` is then the largest batch it may return.
+A plan may also have (fastload.TokenBudget has all four; each is used only where present):
+``bind(batch_size=, seed=, n=)``, called once when the Loader is built (the row cap, the Loader's
+seed, the dataset's length); ``num_batches(epoch)``, what ``len(loader)`` says for that epoch
+(a plan without it is not asked ahead and ``len`` is ``ceil(len(dataset) / batch_size)``); and
+``state_dict()`` / ``load_state_dict(state)``, which make the Loader's resume work: its state
+carries the plan's, and a restored Loader asks the epoch again and goes on at its position, so
+the plan must give the same batches for the same epoch (without them, resuming is refused).
 """
 
 from __future__ import annotations
@@ -83,6 +90,9 @@ class EpochPlan:
         self.drop_last = drop_last
         self.rank, self.world = shard
         self.batch_plan = batch_plan
+        bind = getattr(batch_plan, "bind", None)
+        if bind is not None:  # NOTE [batch plans]
+            bind(batch_size=batch_size, seed=seed, n=n)
         w = self.world
         #: samples per epoch on this rank (NOTE [rank sharding])
         self.n_local = (n // w if drop_last else math.ceil(n / w)) if n else 0
@@ -216,6 +226,14 @@ class EpochPlan:
         """What len(loader) says for ``epoch``."""
         return self.nbatches_of(epoch)
 
+    def len_of(self, epoch: int) -> int:
+        """What len(loader) says for ``epoch`` before it is iterated: a batch plan is not asked
+        ahead unless it counts its batches (``num_batches``, NOTE [batch plans])."""
+        if self.batch_plan is None:
+            return self.user_len(epoch)
+        count = getattr(self.batch_plan, "num_batches", None)
+        return int(count(epoch)) if count is not None else self.nbatches
+
     def target(self, epoch: int, b: int) -> int | None:
         """The worker that must load batch ``b`` (None: any worker)."""
         return b % self.round_robin if self.round_robin else None
@@ -273,16 +291,45 @@ class EpochPlan:
             "drop_last": self.drop_last,
             "shard": [self.rank, self.world],
             "history": [list(h) for h in self.rest.get(epoch, (None, []))[1]],
+            **self._plan_state(),
         }
+
+    def _plan_state(self) -> dict[str, Any]:
+        """A batch plan's own state, when it has one (NOTE [batch plans])."""
+        sd = getattr(self.batch_plan, "state_dict", None)
+        return {"batch_plan": sd()} if sd is not None else {}
+
+    def _restore_plan(self, state: dict[str, Any]) -> tuple[int, int]:
+        """``restore`` for a batch plan with ``load_state_dict`` (NOTE [batch plans])."""
+        assert self.batch_plan is not None
+        load = getattr(self.batch_plan, "load_state_dict", None)
+        if load is None or "batch_plan" not in state:
+            raise NotImplementedError("resuming a loader driven by a custom sampler")
+        for key, mine in (("len", self.n), ("batch_size", self.batch_size)):
+            if state.get(key) != mine:
+                raise ValueError(f"the state was saved with {key}={state.get(key)!r} but this "
+                                 f"loader has {key}={mine!r}")
+        epoch, position = state.get("epoch"), state.get("position")
+        if not isinstance(epoch, int) or not isinstance(position, int) or epoch < 0 \
+                or position < 0:
+            raise ValueError(f"invalid state: epoch {epoch!r}, position {position!r}")
+        load(state["batch_plan"])
+        self._plans.clear()
+        if position > self.len_of(epoch):
+            raise ValueError(f"invalid state: epoch {epoch!r}, position {position!r}")
+        from ._settings import check_seed
+
+        self.seed = check_seed(state.get("seed"), "the state's seed must be")
+        return epoch, position
 
     def restore(self, state: dict[str, Any]) -> tuple[int, int]:
         """Take the seed of ``state`` (checked against this plan); returns (epoch, position).
         A state of any rank, of this or another world size, resumes this rank (NOTE [resume
         across ranks])."""
-        if self.batch_plan is not None:
-            raise NotImplementedError("resuming a loader driven by a custom sampler")
         if state.get("format") != STATE_FORMAT:
             raise ValueError(f"not a fastload Loader state: format {state.get('format')!r}")
+        if self.batch_plan is not None:
+            return self._restore_plan(state)
         if "stream" in state and type(self) is EpochPlan:
             raise ValueError("the state was saved by a Loader over a fastload.ShardedStream; "
                              "this one reads a map-style dataset")

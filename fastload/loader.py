@@ -66,8 +66,7 @@ class _EpochIterator(Iterator[Any]):
             engine.abandon(self.epoch, self._pass)
 
     def __len__(self) -> int:
-        plan = self._engine.plan  # (a batch plan is not asked before the epoch's first next())
-        return plan.nbatches if plan.batch_plan is not None else plan.user_len(self.epoch)
+        return self._engine.plan.len_of(self.epoch)  # NOTE [batch plans] (_plan.py)
 
 
 def _format_advice(dataset: Any) -> str | None:
@@ -309,10 +308,8 @@ class Loader:
 
     def __len__(self) -> int:
         assert self._engine is not None
-        e = self._engine
-        if e.plan.batch_plan is not None:  # not asked before its epoch's first next()
-            return e.plan.nbatches
-        return e.plan.user_len(e.active_epoch if e.active_epoch is not None else e.next_epoch)
+        e = self._engine  # a batch plan: NOTE [batch plans] (_plan.py)
+        return e.plan.len_of(e.active_epoch if e.active_epoch is not None else e.next_epoch)
 
     def __iter__(self) -> _EpochIterator:
         if self._engine is None:
