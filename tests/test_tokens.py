@@ -43,12 +43,12 @@ def check_epoch(tb: fastload.TokenBudget, batches: list[np.ndarray], rows: int |
 
 # -- the plan alone ---------------------------------------------------------------------------
 @pytest.mark.parametrize("padded", [True, False])
-@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("shuffle,sort", [(True, False), (True, True), (False, False)])
 @pytest.mark.parametrize("buckets", [1, 4, 32, [10, 20, 40, 80]])
-def test_every_batch_within_budget_and_every_sample_once(padded, shuffle, buckets):
+def test_every_batch_within_budget_and_every_sample_once(padded, shuffle, sort, buckets):
     lengths = lognormal(3000)
     tb = fastload.TokenBudget(lengths, 1024, shuffle=shuffle, seed=1, buckets=buckets,
-                              padded=padded)
+                              padded=padded, sort=sort)
     tb.bind(batch_size=64, seed=0, n=len(lengths))
     for epoch in range(3):
         check_epoch(tb, tb(epoch), rows=64)
@@ -82,6 +82,19 @@ def test_without_shuffle_batches_run_shortest_first_sorted_within_buckets():
     flat = np.concatenate(tb(0))
     assert np.all(np.diff(lengths[flat]) >= 0)  # buckets in order, sorted within
     assert [b.tolist() for b in tb(0)] == [b.tolist() for b in tb(5)]
+
+
+def test_sort_gives_fairseqs_batches_in_a_new_order_each_epoch():
+    lengths = lognormal(3000)
+    tb = fastload.TokenBudget(lengths, 1024, shuffle=True, seed=0, sort=True)
+    shapes = [sorted(lengths[b].tolist() for b in tb(e)) for e in range(3)]
+    assert shapes[0] == shapes[1] == shapes[2]  # the same lengths batched together
+    assert [b.tolist() for b in tb(0)] != [b.tolist() for b in tb(1)]
+    assert len({tb.num_batches(e) for e in range(5)}) == 1
+    check_epoch(tb, tb(1))
+    waste = sum(tb.cost(b) for b in tb(0)) / lengths.sum()
+    mixed = fastload.TokenBudget(lengths, 1024, shuffle=True, seed=0)
+    assert waste < sum(mixed.cost(b) for b in mixed(0)) / lengths.sum()
 
 
 def test_bucket_bounds_hold_about_equal_tokens():
