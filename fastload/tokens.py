@@ -155,11 +155,10 @@ class TokenBudget:
         self.seed = None if seed is None else check_seed(seed, "seed must be None or")
         self.boundaries = self._boundaries(
             buckets if buckets is not None else DEFAULT_BUCKETS if self.padded else 1)
-        bucket = np.searchsorted(self.boundaries, lens, side="right")
-        by_length = np.lexsort((np.arange(lens.size), lens))  # length, then index
+        by_length = np.argsort(lens, kind="stable")  # length, then index
+        starts = np.searchsorted(lens[by_length], self.boundaries, side="left")
         #: each bucket's samples sorted by (length, index); empty buckets left out
-        self._members = [m for m in (by_length[bucket[by_length] == j]
-                                     for j in range(len(self.boundaries) + 1)) if m.size]
+        self._members = [m for m in np.split(by_length, starts) if m.size]
         self._rows: int | None = None  # the Loader's batch_size (bind)
         self._loader_seed = 0  # the Loader's seed (bind): seed=None uses it
         self._epochs: dict[int, list[_Array]] = {}

@@ -262,6 +262,30 @@ def test_resume_mid_epoch_with_a_fresh_loader_and_plan(num_workers):
     assert first != full
 
 
+def test_one_ranks_state_resumes_another_rank():
+    lengths = lognormal(300, seed=2)
+
+    def loader(rank: int) -> fastload.Loader:
+        tb = fastload.TokenBudget(lengths, 400, shuffle=True, seed=3, shard=(rank, 2))
+        return fastload.Loader(Texts(lengths), 32, num_workers=0, batch_plan=tb, ragged="pad")
+
+    with loader(0) as zero:
+        it = iter(zero)
+        for _ in range(3):
+            next(it)
+        state = zero.state_dict()
+    with loader(1) as one:
+        one.load_state_dict(state)
+        rest = [b["index"].tolist() for b in one]
+    mine = fastload.TokenBudget(lengths, 400, shuffle=True, seed=3, shard=(1, 2))
+    mine.bind(batch_size=32, seed=0, n=len(lengths))
+    assert rest == [b.tolist() for b in mine(0)][3:]
+    tb4 = fastload.TokenBudget(lengths, 400, shuffle=True, seed=3, shard=(1, 4))
+    with fastload.Loader(Texts(lengths), 32, num_workers=0, batch_plan=tb4, ragged="pad") as four:
+        with pytest.raises(ValueError, match="world=2 but this one has world=4"):
+            four.load_state_dict(state)
+
+
 def test_seed_none_takes_the_loaders_seed():
     lengths = lognormal(200)
     with fastload.Loader(Texts(lengths), 32, num_workers=0, seed=5, ragged="pad",
