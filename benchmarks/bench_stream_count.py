@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     for c in CASES:
         runs = ", ".join(f"{x * 1e3:.1f}" for x in results[c])
         lines.append(f"| {c} | {med[c] * 1e3:.1f} | {runs} | {med[c] / med['count']:.3f}x |")
-    lines += ["", "| NpyShards check, {} files | ms (median) | runs (ms) |".format(args.shards),
+    lines += ["", f"| NpyShards check, {args.shards} files | ms (median) | runs (ms) |",
               "| --- | ---: | --- |"]
     for name, v in npy.items():
         runs = ", ".join(f"{x * 1e3:.2f}" for x in v)

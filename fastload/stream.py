@@ -97,8 +97,8 @@ def _npy_header(path: str) -> tuple[tuple[int, ...], np.dtype[Any]]:
 def _alike(what: str, names: list[str], heads: list[tuple[tuple[int, ...], Any]]) -> None:
     """Every array of ``heads`` (shape, dtype) has one dtype and one row shape, or a ValueError
     naming the first that differs from the most common one."""
-    for part, label in ((lambda h: h[1], "dtype"), (lambda h: h[0][1:], "row shape")):
-        seen = [part(h) for h in heads]
+    for index, label in ((1, "dtype"), (0, "row shape")):
+        seen: list[Any] = [h[1] if index else h[0][1:] for h in heads]
         common = max(seen, key=seen.count)
         odd = [k for k, v in enumerate(seen) if v != common]
         if odd:
