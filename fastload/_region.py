@@ -7,11 +7,12 @@ mode 0600 by construction. Workers receive the file descriptor over their pipe
 Elsewhere: an unlinked temporary file (unlinked at creation, so equally nothing to clean up).
 
 The pages are reserved up front with ``posix_fallocate`` where available, so running out of
-memory is an ``OSError`` at creation rather than a SIGBUS in a worker later.
+memory is a ``MemoryError`` at creation rather than a SIGBUS in a worker later.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import tempfile
@@ -54,6 +55,35 @@ def available_bytes() -> int | None:
     return min(room) if room else None
 
 
+#: Errors of ftruncate, posix_fallocate and mmap that mean "no room for this many bytes": the
+#: memory, tmpfs or file size left (ENOMEM, ENOSPC, EFBIG), or the address space a ``ulimit -v``
+#: (RLIMIT_AS) leaves, which mmap reports as ENOMEM however much memory is free.
+_NO_ROOM = frozenset({errno.ENOMEM, errno.ENOSPC, errno.EFBIG})
+
+
+def _address_space_limit() -> int | None:
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError, AttributeError):  # pragma: no cover - no rlimits
+        return None
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def no_room(e: OSError, nbytes: int, what: str, step: str) -> MemoryError:
+    """The MemoryError for an OSError of ``_NO_ROOM`` while making or mapping ``nbytes`` for
+    ``what``: the sizes, the limit that refused them where one is set, and what to do (the
+    bare ``OSError: [Errno 12]`` of mmap says none of it)."""
+    limit = _address_space_limit()
+    why = (f"this process's address space is limited to {limit / 2**20:,.1f} MiB "
+           "(ulimit -v, RLIMIT_AS): raise the limit, or "
+           if limit is not None and e.errno == errno.ENOMEM else "free memory, or ")
+    return MemoryError(
+        f"fastload could not {step} {nbytes / 2**20:,.1f} MiB of shared memory for {what} "
+        f"({e.strerror or e}); {why}reduce batch_size, prefetch, max_held or num_workers")
+
+
 def new_fd(nbytes: int, what: str) -> int:
     """An anonymous file of ``nbytes``, its pages reserved (memfd on Linux): the one way
     fastload makes shared memory, for a loader's region, an oversized batch (_worker.py) and a
@@ -75,18 +105,16 @@ def new_fd(nbytes: int, what: str) -> int:
         fd = os.dup(f.fileno())
         f.close()
     try:
-        os.ftruncate(fd, nbytes)
+        try:
+            os.ftruncate(fd, nbytes)
+        except OSError as e:
+            raise (no_room(e, nbytes, what, "size") if e.errno in _NO_ROOM else e) from e
         if hasattr(os, "posix_fallocate"):
             try:
                 os.posix_fallocate(fd, 0, nbytes)
             except OSError as e:
-                if e.errno in (28, 12):  # ENOSPC, ENOMEM
-                    raise OSError(
-                        e.errno,
-                        f"fastload could not reserve {nbytes / 2**20:.1f} MiB of shared memory "
-                        f"({e.strerror}); free memory, or reduce batch_size, prefetch or "
-                        "num_workers",
-                    ) from None
+                if e.errno in _NO_ROOM:
+                    raise no_room(e, nbytes, what, "reserve") from e
                 # EOPNOTSUPP etc.: the file system cannot reserve; pages come on first touch.
     except BaseException:
         os.close(fd)
@@ -103,6 +131,11 @@ class SharedRegion:
         self.fd = new_fd(nbytes, what) if fd is None else fd
         try:
             self.mm = mmap.mmap(self.fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as e:
+            os.close(self.fd)
+            if e.errno in _NO_ROOM:
+                raise no_room(e, nbytes, what, "map") from e
+            raise
         except BaseException:
             os.close(self.fd)
             raise
@@ -112,7 +145,7 @@ class SharedRegion:
 
     @classmethod
     def attach(cls, fd: int, nbytes: int) -> SharedRegion:
-        r = cls(nbytes, fd=fd)
+        r = cls(nbytes, fd=fd, what="a loader's region, mapped in a worker")
         r.close_fd()
         return r
 
