@@ -13,13 +13,17 @@ from ._messages import Death
 from ._procs import EXIT_UNGUARDED_MAIN, exit_code_name, unguarded_main_text
 from .errors import WorkerDied
 
-__all__ = ["Death", "DeathPolicy", "Verdict", "MAX_KILLS_PER_SAMPLE"]
+__all__ = ["Death", "DeathPolicy", "Verdict", "MAX_KILLS_PER_SAMPLE", "RESTART_ADVICE"]
 
 #: With on_worker_death="restart": a sample that kills this many workers raises WorkerDied; a
 #: worker that dies this many times without loading anything is failing at start-up.
 MAX_KILLS_PER_SAMPLE = 3
 
 _SIGBUS = -7
+
+#: The advice of a WorkerDied under on_worker_death="raise": Loader's own option. A front end
+#: without that option (compat.torch) replaces it with advice of its own.
+RESTART_ADVICE = "pass on_worker_death='restart' to recompute the lost batch instead"
 
 
 class Verdict(NamedTuple):
@@ -99,5 +103,5 @@ class DeathPolicy:
             ), None)
         return Verdict(True, WorkerDied(
             f"{report}. It was restarted; this epoch was stopped, the next one runs normally "
-            "(pass on_worker_death='restart' to recompute the lost batch instead)."
+            f"({RESTART_ADVICE})."
         ), None)

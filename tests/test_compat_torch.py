@@ -509,6 +509,31 @@ def test_a_worker_killed_by_a_signal_is_reported_in_torchs_words():
     assert isinstance(e.value, fastload.WorkerDied) and e.value.fastload_deaths[0][1] == -9
 
 
+@pytest.mark.timeout(MP_TIMEOUT)
+@pytest.mark.parametrize(("fault", "oom"), [("kill", True), ("exit", False)])
+def test_a_dead_worker_advises_what_this_dataloader_accepts(fault, oom):
+    # Loader's advice (on_worker_death='restart') is an option this DataLoader does not take.
+    from helpers.faults import ExitAt, KillAt
+
+    from fastload._deaths import RESTART_ADVICE
+
+    with pytest.raises(TypeError, match="on_worker_death"):
+        DataLoader(list(range(4)), on_worker_death="restart")
+    data = KillAt(8, 0) if fault == "kill" else ExitAt(8, 0)
+    with DataLoader(data, batch_size=2, num_workers=2) as dl:
+        with pytest.raises(fastload.WorkerDied) as e:
+            list(dl)
+    text = str(e.value)
+    assert RESTART_ADVICE not in text and "pass on_worker_death" not in text
+    assert ("this DataLoader stops the epoch as torch's does; " in text
+            and "use fastload.Loader(..., on_worker_death='restart') instead of this DataLoader"
+            in text), text
+    assert ("out-of-memory killer: reduce num_workers, batch_size or prefetch_factor" in text) == oom
+    with fastload.Loader(data, batch_size=2, num_workers=2) as loader:  # Loader's own advice
+        with pytest.raises(fastload.WorkerDied, match=RESTART_ADVICE):
+            list(loader)
+
+
 def _shuffled_pipe(n=60, buffer=20):
     from torch.utils.data.datapipes.iter import IterableWrapper
 

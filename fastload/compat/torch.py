@@ -82,6 +82,7 @@ except ImportError as _e:  # pragma: no cover - exercised only without torch
     ) from _e
 
 from fastload import Pool
+from fastload._deaths import RESTART_ADVICE
 from fastload.compat._accelerate import keep_fastload_in_accelerate
 from fastload.compat._accelerate import register as register_for_accelerate
 from fastload.compat._leaves import T_MAP, T_OBJ, tag_of
@@ -565,7 +566,14 @@ def _torch_worker_died(e: WorkerDied) -> WorkerDied:
     else:
         pids = ", ".join(str(p) for p, _ in e.fastload_deaths)
         head = f"DataLoader worker (pid(s) {pids}) exited unexpectedly. "
-    out = WorkerDied(head + str(e))
+    # This DataLoader has no on_worker_death (torch's behaviour, an error, is kept): advise
+    # what applies to it instead of the Loader's option.
+    oom = ("a SIGKILL is often the out-of-memory killer: reduce num_workers, batch_size or "
+           "prefetch_factor; " if any(c == -9 for _, c in e.fastload_deaths) else "")
+    text = str(e).replace(RESTART_ADVICE, (
+        f"this DataLoader stops the epoch as torch's does; {oom}to recompute the lost batch and "
+        "go on, use fastload.Loader(..., on_worker_death='restart') instead of this DataLoader"))
+    out = WorkerDied(head + text)
     out.fastload_deaths = e.fastload_deaths
     return out
 
