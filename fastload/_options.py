@@ -279,8 +279,15 @@ OPTIONS: tuple[Option, ...] = (
         "ahead, so a sampler may depend on what happened before; the epoch number is the "
         "``epoch`` attribute of ``iter(loader)``. ``batch_size`` is then the largest batch it "
         "may return; ``drop_last`` does not apply, and ``shuffle=True`` or a ``shard`` is a "
-        "``ValueError`` (shuffle or split inside the plan); :meth:`load_state_dict` is refused "
-        "(the plan's owner knows where it was).",
+        "``ValueError`` (shuffle or split inside the plan). The plan may also define "
+        "``bind(batch_size=, seed=, n=)`` (called once, when the Loader is built), "
+        "``num_batches(epoch)`` (what ``len(loader)`` says, asked before the epoch starts; "
+        "else ``ceil(len(dataset) / batch_size)``) and ``state_dict()`` / "
+        "``load_state_dict(state)``, which the Loader's state carries, so that "
+        ":meth:`load_state_dict` resumes it (the plan must give the same batches for an epoch "
+        "again); without them :meth:`load_state_dict` is refused. "
+        ":class:`fastload.TokenBudget` defines all four (NOTE [batch plans] in "
+        "fastload/_plan.py).",
         _callable_or_none,
     ),
     Option(
