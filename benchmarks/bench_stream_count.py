@@ -17,6 +17,10 @@ interpreter and times the constructor (workers started, nothing iterated):
 * ``memory``: a second Loader over the same stream object in the process that counted.
 * ``shard_len``: the same stream with ``shard_len`` (a list of lengths): nothing to count.
 
+Each build also reports its ``iter_shard`` calls during the constructor, in every process:
+``shard_len``'s are the first batches its workers start loading at once; more than that is
+counting.
+
 ``npy``: ``NpyShards(paths)`` over ``--shards`` ``.npy`` files, which checks every file's dtype and
 row shape from its header, against memory-mapping every file with ``np.load`` (what it did
 before, without the check). In process, medians of ``--repeat`` after one warm-up.
@@ -51,15 +55,20 @@ BATCH = 256
 
 
 class Lines(fastload.ShardedStream):
-    """One text file per shard, one integer per line; no shard_len."""
+    """One text file per shard, one integer per line; no shard_len. ``log``: a folder where
+    every iter_shard call appends a line to a file of its process."""
 
-    def __init__(self, files: list[str]) -> None:
+    def __init__(self, files: list[str], log: str | None = None) -> None:
         self.files = files
+        self.log = log
 
     def shards(self) -> list[str]:
         return self.files
 
     def iter_shard(self, shard: str, start: int) -> Iterator[Any]:
+        if self.log is not None:
+            with open(os.path.join(self.log, f"{os.getpid()}.log"), "a") as f:
+                f.write(f"{shard} {start}\n")
         with open(shard) as f:
             for i, line in enumerate(f):
                 if i >= start:
@@ -67,8 +76,8 @@ class Lines(fastload.ShardedStream):
 
 
 class SizedLines(Lines):
-    def __init__(self, files: list[str], lengths: list[int]) -> None:
-        super().__init__(files)
+    def __init__(self, files: list[str], lengths: list[int], log: str | None = None) -> None:
+        super().__init__(files, log)
         self.lengths = dict(zip(files, lengths))
 
     def shard_len(self, shard: str) -> int:
@@ -92,18 +101,34 @@ def time_build(stream: Any, workers: int) -> float:
     return took
 
 
+def reads(log: str) -> int:
+    """The iter_shard calls logged in ``log`` so far, in every process."""
+    n = 0
+    for name in os.listdir(log):
+        with open(os.path.join(log, name)) as f:
+            n += sum(1 for line in f if line.strip())
+    return n
+
+
 def run_case(case: str, folder: str, shards: int, rows: int, workers: int,
              cache: str) -> dict[str, Any]:
     """One build in this (fresh) process; ``cache``: the FASTLOAD_CACHE_DIR to use."""
     os.environ["FASTLOAD_CACHE_DIR"] = cache
     files = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".txt"))
-    if case == "shard_len":
-        return {"s": time_build(SizedLines(files, [rows] * len(files)), workers)}
-    stream = Lines(files)
-    if case == "memory":
-        time_build(stream, workers)  # counts (nothing in the index: ``cache`` is fresh)
-    s = time_build(stream, workers)
-    return {"s": s}
+    log = tempfile.mkdtemp(prefix="fastload-bench-reads-")
+    try:
+        if case == "shard_len":
+            s = time_build(SizedLines(files, [rows] * len(files), log), workers)
+            return {"s": s, "reads": reads(log)}
+        stream = Lines(files, log)
+        before = 0
+        if case == "memory":
+            time_build(stream, workers)  # counts (nothing in the index: ``cache`` is fresh)
+            before = reads(log)
+        s = time_build(stream, workers)
+        return {"s": s, "reads": reads(log) - before}
+    finally:
+        shutil.rmtree(log, ignore_errors=True)
 
 
 def time_npy(shards: int, repeat: int) -> dict[str, list[float]]:
@@ -143,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.shards, args.rows, args.repeat = 8, 1000, 1
     results: dict[str, list[float]] = {c: [] for c in CASES}
+    read: dict[str, list[int]] = {c: [] for c in CASES}
     with tempfile.TemporaryDirectory(prefix="fastload-bench-count-") as root:
         folder = os.path.join(root, "shards")
         os.mkdir(folder)
@@ -155,15 +181,19 @@ def main(argv: list[str] | None = None) -> int:
                     case=case, folder=folder, shards=args.shards, rows=args.rows,
                     workers=args.workers, cache=cache if case in ("count", "index") else fresh))
                 results[case].append(r["s"])
-                print(f"repeat {rep + 1}/{args.repeat} {case:10s} {r['s'] * 1e3:10.1f} ms",
-                      flush=True)
+                read[case].append(r["reads"])
+                print(f"repeat {rep + 1}/{args.repeat} {case:10s} {r['s'] * 1e3:10.1f} ms "
+                      f"{r['reads']:5d} shards read", flush=True)
             shutil.rmtree(cache, ignore_errors=True)
     npy = time_npy(args.shards, max(args.repeat, 3))
     med = {c: statistics.median(v) for c, v in results.items()}
-    lines = ["| build | ms (median) | runs (ms) | vs count |", "| --- | ---: | --- | ---: |"]
+    lines = ["| build | ms (median) | runs (ms) | vs count | shards read |",
+             "| --- | ---: | --- | ---: | ---: |"]
     for c in CASES:
         runs = ", ".join(f"{x * 1e3:.1f}" for x in results[c])
-        lines.append(f"| {c} | {med[c] * 1e3:.1f} | {runs} | {med[c] / med['count']:.3f}x |")
+        got = ", ".join(sorted({str(n) for n in read[c]}))
+        lines.append(f"| {c} | {med[c] * 1e3:.1f} | {runs} | {med[c] / med['count']:.3f}x "
+                     f"| {got} |")
     lines += ["", f"| NpyShards check, {args.shards} files | ms (median) | runs (ms) |",
               "| --- | ---: | --- |"]
     for name, v in npy.items():
@@ -184,7 +214,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"fresh interpreter, medians of {args.repeat}, cases interleaved. count: "
                     f"nothing remembered (every build before lengths were remembered); index: "
                     f"a new process reading the lengths from the cache folder; memory: a second "
-                    f"Loader in the process that counted; shard_len: lengths given.\n\n"
+                    f"Loader in the process that counted; shard_len: lengths given. Shards read: "
+                    f"iter_shard calls during the build, all processes (every run's, when they "
+                    f"differ): shard_len's are the first batches the workers start loading at "
+                    f"once, more is counting.\n\n"
                     f"{table}\n\nMachine: {json.dumps(_common.machine_info())}\n")
     return 0
 

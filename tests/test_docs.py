@@ -53,11 +53,13 @@ def _blocks() -> list[tuple[str, int, str, str]]:
 BLOCKS = _blocks()
 
 
-def _env() -> dict[str, str]:
-    """Make the child import the same fastload as this test session."""
+def _env(cwd: Path) -> dict[str, str]:
+    """Make the child import the same fastload as this test session, and keep its cache (the
+    shard-length index of streams without shard_len) in ``cwd``, not in the user's ~/.cache."""
     env = dict(os.environ)
     pkg_parent = str(Path(fastload.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
+    env["FASTLOAD_CACHE_DIR"] = str(cwd / "fastload-cache")
     return env
 
 
@@ -65,7 +67,7 @@ def _run_script(path: Path, cwd: Path, *args: str) -> subprocess.CompletedProces
     proc = subprocess.run(
         [sys.executable, str(path), *args],
         cwd=cwd,
-        env=_env(),
+        env=_env(cwd),
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S,
@@ -73,6 +75,15 @@ def _run_script(path: Path, cwd: Path, *args: str) -> subprocess.CompletedProces
     print(proc.stdout)
     print(proc.stderr, file=sys.stderr)
     return proc
+
+
+def test_scripts_keep_the_cache_in_their_folder(tmp_path: Path) -> None:
+    # The api.md stream example counts text shards: its index went to the user's ~/.cache.
+    script = tmp_path / "where.py"
+    script.write_text("from fastload._shard_lengths import cache_dir\nprint(cache_dir())\n",
+                      encoding="utf-8")
+    proc = _run_script(script, tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == str(tmp_path / "fastload-cache")
 
 
 def test_docs_have_python_blocks() -> None:
