@@ -792,11 +792,31 @@ def _order(n: int, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
     return np.arange(n, dtype=np.int64)
 
 
+def _start_live_thread() -> None:
+    """One more thread alive in the consuming process for the whole case, as training loops
+    have (progress bars, metrics, logging, a memory sampler): it wakes every 10 ms and reads
+    this process's RSS. Start methods are chosen by the threads alive (NOTE [start method] in
+    fastload/_procs.py), so this is where a program with such a thread differs."""
+    import threading
+
+    def sample() -> None:
+        while True:
+            try:
+                with open("/proc/self/statm") as f:
+                    f.read()
+            except OSError:
+                pass
+            time.sleep(0.01)
+
+    threading.Thread(target=sample, name="memory-sampler", daemon=True).start()
+
+
 def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Run one loader over one workload for ``case["epochs"]`` epochs in this process.
 
     ``case`` keys: loader, workload, n, batch_size, epochs, workers, prefetch, shuffle, seed,
-    start_method (fastload and torch), torch_collate ("default" tensors | "numpy"). Returns
+    start_method (fastload and torch), torch_collate ("default" tensors | "numpy"), live_thread
+    (one more thread alive from before construction: ``_start_live_thread``). Returns
     timings in nanoseconds and the derived figures of the steady state (epochs 2.., or epoch 1
     when only one was run). Must run in a fresh, single-threaded process (see PssSampler).
 
@@ -842,6 +862,8 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
 
     if kind == "torch":
         import torch  # noqa: F401  (before the clock starts: first batch excludes the import)
+    if case.get("live_thread"):
+        _start_live_thread()
     pss_before = _pss_kib(os.getpid())
     loader: Any = None
     t_construct = clock()

@@ -72,6 +72,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--render", metavar="JSON",
                    help="run nothing: write the .md / .png again from the JSON lines of an "
                         "earlier run (its summary records; --out as usual)")
+    p.add_argument("--live-thread", action="store_true",
+                   help="keep one more thread alive in the training process from before the "
+                        "loader is built (a memory sampler, as training loops have progress, "
+                        "metrics and logging threads)")
     p.add_argument("--case", metavar="JSON", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.repeat is None:
@@ -137,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                    if x != "torch" or have_torch]
         base = dict(workload=w, n=n, batch_size=bs, epochs=args.epochs, workers=args.workers,
                     prefetch=args.prefetch, shuffle=not args.no_shuffle, seed=0,
-                    start_method=args.start_method, torch_collate=args.torch_collate)
+                    start_method=args.start_method, torch_collate=args.torch_collate,
+                    live_thread=args.live_thread)
         print(f"\n## {w}: n={n:,} batch_size={bs} epochs={args.epochs} workers={args.workers} "
               f"repeat={args.repeat}", flush=True)
         if w == "memmap":

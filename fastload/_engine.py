@@ -408,12 +408,14 @@ class Engine:
 
 
     def stats(self) -> dict[str, Any]:
-        slots, out = self.slots, dict[str, Any](self.counters)
+        slots, out, pool = self.slots, dict[str, Any](self.counters), self.pool
         out.update(held_batches=slots.held if slots else 0, nslots=self.cfg.nslots,
                    slot_bytes=self.layout.slot_bytes if self.layout is not None else None,
                    shared_rows=bool(slots is not None and slots.shared),
                    # NOTE [global RNGs] (_rngs.py): known once the first sample has loaded
-                   seeded_globals=bool(self.layout is not None and self.layout.global_rng))
+                   seeded_globals=bool(self.layout is not None and self.layout.global_rng),
+                   start_method=pool and pool.start_method,  # NOTE [start method] (_procs.py)
+                   start_method_reason=pool and pool.start_method_reason)
         if slots is not None and not slots.ring.closed:
             out["ring"] = slots.ring.stats()
         out["shared_dataset"] = list(self.sharing.converted) if self.sharing else []

@@ -186,8 +186,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "start_method", None, '{"fork", "forkserver", "spawn"}, optional',
-        "How workers start. Default: ``$FASTLOAD_START_METHOD`` if set, else fork when the "
-        "parent is single-threaded on Linux, else forkserver.",
+        "How workers start. Default: ``$FASTLOAD_START_METHOD`` if set, else fork on Linux "
+        "(whatever threads the program runs, as torch's DataLoader), else forkserver. One log "
+        "line (logger ``fastload``, INFO) and ``stats()[\"start_method_reason\"]`` say which "
+        "and why; spawn and forkserver refuse a program whose ``__main__`` has no file (a "
+        "notebook, ``python -c``, ``python -``) where their workers could not import it "
+        "(NOTE [start method] in fastload/_procs.py).",
     ),
     Option(
         "worker_method", "process", '{"process", "thread"}',

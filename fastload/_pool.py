@@ -12,6 +12,7 @@ Every step is idempotent and safe after a partial failure.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import os
 import pickle
@@ -28,15 +29,19 @@ from ._frames import FrameReader
 from ._procs import (
     _check_picklable_init,
     _pickle_for_workers,
+    choose_start_method,
     default_start_method,
     exit_code_name,
     preload_in_fork_server,
     refuse_unguarded_main,
+    refuse_unimportable_main,
     start_process,
 )
 from ._settings import PoolConfig
 from ._worker import thread_main, worker_main
 from .errors import WorkerDied
+
+log = logging.getLogger("fastload")
 
 __all__ = ["Pool", "PoolClient", "WorkerPool", "exit_code_name", "default_start_method"]
 
@@ -83,15 +88,21 @@ class WorkerPool:
         num_workers, worker_init, seed = config.num_workers, config.worker_init, config.seed
         #: NOTE [thread workers] (_threads.py): threads of this process, not processes
         self.threads = config.start_method == "thread"
-        method = config.start_method or default_start_method()
+        method, why = ("thread", "worker_method='thread'") if self.threads else \
+            choose_start_method(config.start_method)
         if not self.threads:
             refuse_unguarded_main()
+            refuse_unimportable_main(None, method)
             if method not in mp.get_all_start_methods():
                 raise ValueError(
                     f"start_method={method!r} is not available here; choose one of "
                     f"{mp.get_all_start_methods()}"
                 )
         self.start_method = method
+        #: why this method (NOTE [start method] in _procs.py): stats()["start_method_reason"]
+        self.start_method_reason = why
+        if not self.threads:
+            log.info("fastload: %d worker processes start with %s (%s)", num_workers, method, why)
         self.ctx: Any = None if self.threads else mp.get_context(method)  # typeshed: no .Process
         if method == "forkserver":
             preload_in_fork_server(self.ctx)
@@ -146,6 +157,7 @@ class WorkerPool:
                 for i in range(self.num_workers):
                     self.send(i, m.AddDatasetRef(cid, key))
                 return
+            refuse_unimportable_main(dataset, self.start_method)
             try:
                 payload = pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as e:

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["EXIT_UNGUARDED_MAIN", "default_start_method", "exit_code_name",
-           "preload_in_fork_server", "refuse_unguarded_main", "start_process",
-           "unguarded_main_text"]
+__all__ = ["EXIT_UNGUARDED_MAIN", "choose_start_method", "default_start_method",
+           "exit_code_name", "preload_in_fork_server", "refuse_unguarded_main",
+           "refuse_unimportable_main", "start_process", "unguarded_main_text"]
 
 _THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -92,26 +92,97 @@ def exit_code_name(code: int | None) -> str:
     return f"EXIT({code})"
 
 
-def default_start_method() -> str:
-    """``$FASTLOAD_START_METHOD`` if set; else fork when it is safe and available (fastest
-    start: no re-import, no pickling of the dataset), else forkserver (POSIX), else spawn.
+def choose_start_method(given: str | None = None) -> tuple[str, str]:
+    """NOTE [start method]
+    The start method of worker processes and why, as (method, reason): ``given`` (a Loader's or
+    Pool's start_method=), else ``$FASTLOAD_START_METHOD``, else fork on Linux, else
+    forkserver (other POSIX systems), else spawn. Never chosen from the threads alive.
 
-    fork is unsafe once the parent runs other threads (a lock held by another thread is
-    copied locked into the child), so a multi-threaded parent gets forkserver.
-    """
+    fork on Linux whatever threads run, as torch's DataLoader does (it takes multiprocessing's
+    default, fork on Linux up to Python 3.13). Until 0.1 fastload took forkserver as soon as a
+    second thread was alive, and that silent switch was what users met: a Jupyter kernel runs
+    threads, so a Dataset class defined in a cell failed to unpickle in the workers ("Can't
+    get attribute 'DS' on <module '__main__'>") where torch's worked; a tqdm monitor thread
+    (left by Hugging Face datasets' map()) made construction take 1.2-2.2 s instead of
+    0.02-0.24 s and pickled the Arrow table into every worker; Lightning runs took 10-12 s
+    instead of 5.7 s. With one sampler thread alive, construction to first batch was 340 ms /
+    454 ms (tiny / image, bench_loader --live-thread) against torch's 62 / 173 ms.
+
+    What fork costs with threads: a child gets a copy of every lock as it was, and only the
+    forking thread. A lock another thread held at that instant stays locked in the child, so a
+    worker deadlocks only if it then takes such a lock. CPython re-initialises its own at fork
+    (the GIL, the import lock, threading's, logging's handlers); a worker runs fastload's loop
+    and the dataset's ``__getitem__``. The hazard is a lock of the user's or of a library that
+    ``__getitem__`` takes and that another parent thread may hold (a cache guarded by a lock
+    the training loop also uses, a C library's mutex); threads that only sleep, wait on events
+    or sockets (tqdm's monitor, a kernel's heartbeat and IOPub threads, metrics and logging
+    threads, memory samplers) hold none of those. The workers' every wait is bounded (a
+    worker stuck at start is reported, not waited on for ever), and ``start_method=
+    'forkserver'`` is the way out for such a program. Python 3.12 warns (DeprecationWarning)
+    when a multi-threaded process forks, and 3.14 made forkserver multiprocessing's default on
+    Linux; fastload keeps fork there too, by this reasoning, and says so: one log line per pool
+    (logger "fastload", INFO) names the method, the reason and the other threads alive, and
+    ``Loader.stats()`` has ``start_method`` and ``start_method_reason``.
+
+    Under spawn and forkserver the workers import the main module again, by its file: a class
+    defined in a notebook cell, ``python -c`` or ``python -`` (a ``__main__`` without a file)
+    cannot be found there; ``refuse_unimportable_main`` says so before any worker starts."""
     methods = mp.get_all_start_methods()
+    if given is not None:
+        return given, f"start_method={given!r} was given"
     forced = os.environ.get("FASTLOAD_START_METHOD")
     if forced:
         if forced not in methods:
             raise ValueError(
                 f"FASTLOAD_START_METHOD={forced!r} is not available here; choose one of {methods}"
             )
-        return forced
-    if "fork" in methods and sys.platform.startswith("linux") and threading.active_count() == 1:
-        return "fork"
+        return forced, f"FASTLOAD_START_METHOD={forced!r}"
+    if "fork" in methods and sys.platform.startswith("linux"):
+        others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+        why = "the default on Linux: nothing is pickled or imported again"
+        if others:
+            shown = ", ".join(others[:4]) + (f" and {len(others) - 4} more" if len(others) > 4
+                                             else "")
+            why += (f"; {len(others)} other thread{'s' if len(others) > 1 else ''} alive "
+                    f"({shown}): start_method='forkserver' if a worker needs a lock one of them "
+                    "may hold")
+        return "fork", why
     if "forkserver" in methods:
-        return "forkserver"
-    return "spawn"
+        return "forkserver", f"fork is not safe on {sys.platform}"
+    return "spawn", f"the only start method on {sys.platform}"
+
+
+def default_start_method() -> str:
+    """The start method of ``start_method=None`` (NOTE [start method] in choose_start_method)."""
+    return choose_start_method()[0]
+
+
+def refuse_unimportable_main(dataset: Any, method: str) -> None:
+    """Under spawn/forkserver, a ValueError saying what to do, before any worker starts, for
+    what every worker would die of (NOTE [start method]): a main module whose file is not
+    there (``python -`` names it ``<stdin>``: multiprocessing's workers run that path and fail
+    whatever the dataset), or a dataset (or an object it holds directly) whose class is defined
+    in a ``__main__`` without a file (a notebook cell, ``python -c``): "Can't get attribute"."""
+    if method not in ("spawn", "forkserver"):
+        return
+    main = sys.modules.get("__main__")
+    if main is None or getattr(getattr(main, "__spec__", None), "name", None):
+        return  # python -m: workers import it by name
+    path = getattr(main, "__file__", None)
+    fix = ("Use start_method='fork' (the default on Linux), or put the code in a file (or the "
+           "class in a module) and run that")
+    if path is not None:
+        if not os.path.exists(path):
+            raise ValueError(
+                f"this program's main module is {path!r}, not a file: {method} workers run the "
+                f"main module's file again and cannot. {fix}")
+        return
+    for obj in (dataset, *getattr(dataset, "__dict__", {}).values()):
+        cls = obj if isinstance(obj, type) else type(obj)
+        if obj is not None and getattr(cls, "__module__", None) == "__main__":
+            raise ValueError(
+                f"{cls.__qualname__} is defined in __main__, which has no file here (a notebook "
+                f"cell or python -c): {method} workers cannot import it. {fix}")
 
 
 def start_process(ctx: Any, target: Callable[..., Any],
@@ -167,6 +238,7 @@ def _check_picklable_init(worker_init: Any, method: str) -> None:
 
 def _pickle_for_workers(dataset: Any, method: str) -> bytes:
     """Pickle the dataset once for every worker; say what to do if it cannot be."""
+    refuse_unimportable_main(dataset, method)
     try:
         return pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as e:

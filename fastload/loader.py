@@ -360,7 +360,8 @@ class Loader:
         (the index loaded in its place), and ``skipped_total``; ``shared_rows``: whether
         workers share the rows of batches (``share_rows``, once the first batch is loaded);
         ``seeded_globals``: whether the global RNGs are seeded before each sample
-        (``seed_globals``, once the first sample has loaded)."""
+        (``seed_globals``, once the first sample has loaded); ``start_method`` and
+        ``start_method_reason``: how the workers started and why (None without workers)."""
         assert self._engine is not None
         return self._engine.stats()
 
