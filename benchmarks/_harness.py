@@ -1606,6 +1606,8 @@ def _torch_installed() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m fastload bench [--workload W] [--workers N] [--quick] [--plot PNG] ...``"""
+    from fastload._cli import non_negative_int, positive_int
+
     p = argparse.ArgumentParser(
         prog="python -m fastload bench",
         description="Throughput of fastload on a built-in synthetic dataset, against a "
@@ -1614,12 +1616,14 @@ def main(argv: list[str] | None = None) -> int:
         "suite is benchmarks/bench_loader.py in the source tree.",
     )
     p.add_argument("--workload", choices=list(WORKLOADS), default="image")
-    p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    p.add_argument("--workers", type=non_negative_int, default=2,
+                   help="worker processes (default 2)")
     p.add_argument("--quick", action="store_true", help="smaller dataset, 2 epochs (a few seconds)")
-    p.add_argument("--n", type=int, default=None, help="samples per epoch (default per workload)")
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--epochs", type=int, default=None, help="default 3 (2 with --quick)")
-    p.add_argument("--repeat", type=int, default=None,
+    p.add_argument("--n", type=positive_int, default=None,
+                   help="samples per epoch (default per workload)")
+    p.add_argument("--batch-size", type=positive_int, default=None)
+    p.add_argument("--epochs", type=positive_int, default=None, help="default 3 (2 with --quick)")
+    p.add_argument("--repeat", type=positive_int, default=None,
                    help="fresh-process runs per loader, interleaved; the median is shown "
                         "(default 3, 1 with --quick)")
     p.add_argument("--torch", choices=("auto", "yes", "no"), default="auto",
@@ -1632,12 +1636,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     cls, bs, n_full, n_quick = WORKLOADS[args.workload]
-    n = args.n or (n_quick if args.quick else n_full)
-    bs = args.batch_size or bs
-    epochs = args.epochs or (2 if args.quick else 3)
-    repeat = args.repeat or (1 if args.quick else 3)
-    if epochs < 1 or repeat < 1 or args.workers < 0 or n < 1 or bs < 1:
-        p.error("--epochs, --repeat, --n and --batch-size must be >= 1, --workers >= 0")
+    # Refused at parse time when < 1 (positive_int): 0 is not "the default".
+    n = args.n if args.n is not None else (n_quick if args.quick else n_full)
+    bs = args.batch_size if args.batch_size is not None else bs
+    epochs = args.epochs if args.epochs is not None else (2 if args.quick else 3)
+    repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
     with_torch = args.torch == "yes" or (args.torch == "auto" and _torch_installed())
     loaders = ["fastload", "single"] + (["torch"] if with_torch else [])
     base = dict(workload=args.workload, n=n, batch_size=bs, epochs=epochs, workers=args.workers,

@@ -74,7 +74,7 @@ def main() -> int:
         ok = abs(rec - best) <= 1 or med[rec] >= 0.95 * med[best]
         ok_all &= ok
         row = ", ".join(f"{med[k]:,.0f}" for k in counts)
-        lines.append(f"| {name.split(':')[1]} | {rec} ({d.best.rate:,.0f}/s) | {best} | {row} "
+        lines.append(f"| {name.split(':')[1]} | {rec} ({d.recommended.rate:,.0f}/s) | {best} | {row} "
                      f"| {med[rec] / med[best]:.2f} | {'yes' if ok else 'NO'} |")
         print(lines[-1], flush=True)
     lines += ["", "Reproduce: `python benchmarks/bench_doctor.py --repeat "

@@ -10,14 +10,18 @@ same dataset, the same shuffled order, and ``np.stack`` of each leaf of the samp
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ._cli import non_negative_int, positive_int
 
 __all__ = ["main"]
 
@@ -55,6 +59,33 @@ class _Tiny:
 
 
 #: name: (dataset class, batch size, samples per epoch, samples per epoch with --quick)
+class Compute:
+    """float32 (1024,) after ~0.5 ms of NumPy arithmetic (no BLAS): a CPU-bound sample (the
+    doctor's ``fastload:compute``)."""
+
+    def __init__(self, n: int = 2048, rows: int = 96) -> None:
+        self.n, self.rows = n, rows
+        self.block: np.ndarray[Any, Any] | None = None
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> np.ndarray[Any, Any]:
+        if self.block is None:
+            self.block = np.random.default_rng(0).standard_normal((self.rows, 1024),
+                                                                  dtype=np.float32)
+        x = np.sin(self.block + np.float32(i))
+        np.cumsum(x, axis=0, out=x)
+        x.sort(axis=1)
+        out: np.ndarray[Any, Any] = x[-1] * np.float32(1 / math.sqrt(self.rows))
+        return out
+
+
+#: The doctor's built-in datasets (``python -m fastload doctor fastload:image``).
+DOCTOR_DATASETS: dict[str, Callable[[], Any]] = {
+    "fastload:image": lambda: _Images(2048), "fastload:tiny": lambda: _Tiny(50_000),
+    "fastload:compute": Compute}
+
 WORKLOADS = {"image": (_Images, 128, 4096, 1024), "tiny": (_Tiny, 256, 200_000, 20_000)}
 
 
@@ -100,17 +131,19 @@ def _builtin(argv: list[str]) -> int:
         "np.stack collate) on a built-in synthetic dataset; steady state = epochs 2..",
     )
     p.add_argument("--workload", choices=list(WORKLOADS), default="image")
-    p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    p.add_argument("--workers", type=non_negative_int, default=2,
+                   help="worker processes (default 2)")
     p.add_argument("--quick", action="store_true", help="a smaller dataset (a few seconds)")
-    p.add_argument("--epochs", type=int, default=3, help="epochs per run (default 3)")
-    p.add_argument("--repeat", type=int, default=None, help="runs, interleaved (3; 1 --quick)")
+    p.add_argument("--epochs", type=positive_int, default=3, help="epochs per run (default 3)")
+    p.add_argument("--repeat", type=positive_int, default=None,
+                   help="runs, interleaved (3; 1 --quick)")
     p.add_argument("--builtin", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.epochs < 2 or args.workers < 0 or (args.repeat is not None and args.repeat < 1):
-        p.error("--epochs must be >= 2 (epoch 1 is the warm-up), --workers >= 0, --repeat >= 1")
+    if args.epochs < 2:
+        p.error("--epochs must be >= 2 (epoch 1 is the warm-up)")
     cls, bs, n_full, n_quick = WORKLOADS[args.workload]
     n = n_quick if args.quick else n_full
-    repeat = args.repeat or (1 if args.quick else 3)
+    repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
     from ._version import __version__
 
     print(f"fastload {__version__} bench (built-in): workload={args.workload} n={n} "

@@ -19,7 +19,9 @@ workload). Each measurement runs for ``seconds`` (at least a few batches); all o
 ``repeat`` times, interleaved (a busy spell of the machine then hits every setting, not one),
 and the median is used. The recommendation is the setting with the best median; a fewer-worker
 setting within 3 % of it is named as the cheaper alternative. ``prefetch`` is then measured at
-the recommended worker count (the default and twice it). Memory per worker is read from
+the recommended worker count: twice the default, interleaved with more runs of the default,
+which join that count's row (one row and one figure per setting; the recommendation line
+repeats the figure of the row it marks). Memory per worker is read from
 ``/proc/<pid>/smaps_rollup`` at the recommended setting over two epochs (or as much of them as
 ``memory_seconds`` allows, said so). Warnings come from measurements too: threads found in a
 worker (a BLAS or OpenMP pool per worker), threads running in this process before workers fork,
@@ -37,11 +39,12 @@ import textwrap
 import threading
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from ._bench import DOCTOR_DATASETS as _BUILTIN
 
 __all__ = ["Diagnosis", "doctor", "main"]
 
@@ -94,29 +97,38 @@ class Diagnosis:
     advice: list[str]
     threads: Setting | None = None  # the best count's rate with thread workers, if measured
     recommended_method: str = "process"  # "thread": thread workers do as well (or better)
+    loader_kwargs: dict[str, Any] = field(default_factory=dict)  # given, used in every run
 
     @property
     def best(self) -> Setting:
         return max(self.settings, key=lambda s: s.rate)
 
+    @property
+    def recommended(self) -> Setting:
+        """The measured setting that :meth:`kwargs` recommends (the row marked ``*``)."""
+        rec = (self.recommended_workers, self.recommended_method, self.recommended_prefetch)
+        rows = [*self.settings, *self.prefetch, *([self.threads] if self.threads else [])]
+        return next(s for s in rows if (s.workers, s.method, s.prefetch) == rec)
+
     def kwargs(self) -> dict[str, Any]:
-        """The recommended ``fastload.Loader`` keyword arguments."""
+        """The recommended ``fastload.Loader`` keyword arguments, then those every run was
+        given (``ragged=``, ``start_method=``...): the setting measured."""
         kw: dict[str, Any] = {"num_workers": self.recommended_workers}
         if self.recommended_method == "thread":
             kw["worker_method"] = "thread"
         if self.recommended_prefetch is not None:
             kw["prefetch"] = self.recommended_prefetch
-        return kw
+        return kw | {k: v for k, v in self.loader_kwargs.items() if k not in kw}
 
     def table(self) -> str:
         """The report, at most 80 columns wide."""
         single = next((s for s in self.settings if s.workers == 0), None)
         out = [f"{'setting':<34}{'samples/s':>12}{'vs single':>11}{'main CPU/sample':>17}"]
+        recommended = self.recommended
         for s in [*self.settings, *self.prefetch, *([self.threads] if self.threads else [])]:
             vs = f"{s.rate / single.rate:.2f}x" if single and single.rate else "-"
             cpu = f"{statistics.median(s.main_cpu) * 1e6:,.1f} us" if s.main_cpu else "-"
-            rec = (self.recommended_workers, self.recommended_method, self.recommended_prefetch)
-            mark = " *" if (s.workers, s.method, s.prefetch) == rec else ""
+            mark = " *" if s is recommended else ""
             out.append(f"{s.label + mark:<34}{s.rate:>12,.0f}{vs:>11}{cpu:>17}")
         out.append("")
         out.append("where a sample's time goes (one process):")
@@ -142,11 +154,21 @@ class Diagnosis:
                 out.append(f"  worker {w['worker']}: USS {w['uss'] / 2**20:,.1f} MiB, PSS "
                            f"{w['pss'] / 2**20:,.1f} MiB{g}")
         out.append("")
-        kw = ", ".join(f"{k}={v}" for k, v in self.kwargs().items())
-        out.append(f"recommended: fastload.Loader(dataset, {self.batch_size}, {kw})  [*]")
+        line = f"recommended: fastload.Loader(dataset, {self.batch_size}, "
+        items = [f"{k}={v!r}" for k, v in self.kwargs().items()]
+        for i, item in enumerate(items):  # wrapped between arguments, within 80 columns
+            piece = item + (", " if i < len(items) - 1 else ")")
+            if len(line) + len(piece) > 75 and i:
+                out.append(line.rstrip())
+                line = " " * 29
+            line += piece
+        out.append(line + "  [*]")
+        n = len(recommended.rates)
+        out.append(f"  {recommended.rate:,.0f} samples/s: the row marked *, the median of {n} "
+                   f"run{'s' * (n != 1)}")
         if self.cheaper_workers is not None:
             out.append(f"  num_workers={self.cheaper_workers} is within "
-                       f"{(1 - NEAR_BEST) * 100:.0f}% of it with fewer processes")
+                       f"{(1 - NEAR_BEST) * 100:.0f}% of it with fewer workers")
         for a in self.advice:
             out.extend(textwrap.wrap(a, 80, initial_indent="  - ", subsequent_indent="    "))
         if self.warnings:
@@ -417,8 +439,6 @@ def doctor(dataset: Any, batch_size: int = 64, workers: list[int] | int | None =
             _measure(local if s.workers == 0 else dataset, bs, s, seconds, loader_kwargs,
                      found)
     best = max(settings, key=lambda s: s.rate)
-    cheaper = next((s.workers for s in settings
-                    if s.workers < best.workers and s.rate >= NEAR_BEST * best.rate), None)
 
     rec_prefetch: int | None = None
     pre: list[Setting] = []
@@ -429,13 +449,14 @@ def doctor(dataset: Any, batch_size: int = 64, workers: list[int] | int | None =
         from .loader import Loader
 
         default = int(inspect.signature(Loader).parameters["prefetch"].default)
-        pre = [Setting(best.workers, default), Setting(best.workers, 2 * default)]
+        # The default prefetch is ``best`` itself: its runs here join its row (NOTE [doctor]).
+        pre = [Setting(best.workers, 2 * default)]
         for r in range(repeat):
-            for s in (pre if r % 2 == 0 else pre[::-1]):
+            for s in ([best, pre[0]] if r % 2 == 0 else [pre[0], best]):
                 progress(f"run {r + 1}/{repeat}: {s.label}")
                 _measure(dataset, bs, s, seconds, loader_kwargs, found)
-        if pre[1].rate > pre[0].rate / NEAR_BEST:
-            rec_prefetch = pre[1].prefetch
+        if pre[0].rate > best.rate / NEAR_BEST:
+            rec_prefetch = pre[0].prefetch
         if "start_method" not in loader_kwargs:  # threads at that count: as fast, no processes?
             threads = Setting(best.workers, rec_prefetch, method="thread")
             for r in range(repeat):
@@ -458,13 +479,18 @@ def doctor(dataset: Any, batch_size: int = 64, workers: list[int] | int | None =
     advice = _advice(dataset, per, per_many, settings, best, cpus, others_during)
     method = "thread" if threads and threads.rate >= NEAR_BEST * max(
         s.rate for s in settings + pre) else "process"
+    processes = pre[0] if rec_prefetch is not None else best  # at the same prefetch
     if threads is not None:
         advice.append(f"worker threads (worker_method='thread') at num_workers={best.workers}: "
-                      f"{threads.rate / best.rate:.2f}x the processes' rate; "
+                      f"{threads.rate / processes.rate:.2f}x the processes' rate; "
                       + ("as fast with no worker processes: recommended" if method == "thread"
                          else "slower here (__getitem__ holds the GIL): keep processes"))
+    rec = threads if method == "thread" else processes
+    assert rec is not None
+    cheaper = next((s.workers for s in settings  # against the figure the report recommends
+                    if s.workers < rec.workers and s.rate >= NEAR_BEST * rec.rate), None)
     return Diagnosis(n, bs, cpus, per, p90, per_many, settings, pre, best.workers, rec_prefetch,
-                     cheaper, memory, warn, advice, threads, method)
+                     cheaper, memory, warn, advice, threads, method, dict(loader_kwargs))
 
 
 def _warnings(ds: Any, settings: list[Setting], memory: dict[str, Any], found: list[str],
@@ -507,10 +533,11 @@ def _warnings(ds: Any, settings: list[Setting], memory: dict[str, Any], found: l
         with Loader(ds, 1, num_workers=0, **loader_kw) as ld:
             next(iter(ld))
             layout = ld.layout
-        if layout is not None and getattr(layout, "object_paths", None):
-            paths = ", ".join(layout.object_paths[:4])
+        ragged = {r.path for r in getattr(layout, "ragged", ())}  # written into the slot
+        objects = [p for p in getattr(layout, "object_paths", None) or () if p not in ragged]
+        if objects:
             out.append(
-                f"leaves kept as Python objects or ragged ({paths}) are pickled or copied per "
+                f"leaves kept as Python objects ({', '.join(objects[:4])}) are pickled per "
                 "batch, not stacked: arrays of a fixed dtype stack without copies (declare "
                 "varying shapes with ragged=)")
     except Exception as e:  # noqa: BLE001 - the runs above loaded it; this is a hint only
@@ -586,43 +613,10 @@ def _plot(d: Diagnosis, path: str) -> None:
     plt.close(fig)
 
 
-def _resolve(spec: str) -> Callable[[], Any] | Any:
-    """``module:attr`` or ``path/to/file.py:attr`` -> the object (a dataset or a factory)."""
-    import importlib
-    import importlib.util
-
-    mod_name, sep, attr = spec.partition(":")
-    if not sep or not mod_name or not attr:
-        raise SystemExit(f"doctor: expected module:function (e.g. my_data:make_dataset), got "
-                         f"{spec!r}")
-    if mod_name.endswith(".py") or os.sep in mod_name:
-        if not os.path.isfile(mod_name):
-            raise SystemExit(f"doctor: no file {mod_name!r}")
-        sys.path.insert(0, os.path.dirname(os.path.abspath(mod_name)))
-        name = os.path.splitext(os.path.basename(mod_name))[0]
-        spec_ = importlib.util.spec_from_file_location(name, mod_name)
-        assert spec_ is not None and spec_.loader is not None
-        module = importlib.util.module_from_spec(spec_)
-        sys.modules[name] = module  # picklable by name for spawn/forkserver workers
-        spec_.loader.exec_module(module)
-    else:
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        try:
-            module = importlib.import_module(mod_name)
-        except ImportError as e:
-            raise SystemExit(f"doctor: cannot import {mod_name!r}: {e}") from e
-    obj: Any = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise SystemExit(f"doctor: {mod_name} has no {attr!r}") from None
-    return obj
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
+
+    from ._cli import positive_float, positive_int, ragged_arg, ragged_flag, resolve
 
     p = argparse.ArgumentParser(
         prog="python -m fastload doctor",
@@ -631,28 +625,38 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dataset", help="module:function returning the dataset (or module:object; a "
                    "path/to/file.py:function works too); built-in: fastload:image, "
                    "fastload:tiny, fastload:compute")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--workers", type=positive_int, default=None,
                    help="try 1..N workers (default: the CPUs this process may use)")
-    p.add_argument("--seconds", type=float, default=2.0, help="per measurement (default 2)")
-    p.add_argument("--repeat", type=int, default=3, help="runs per setting, interleaved")
-    p.add_argument("--memory-seconds", type=float, default=20.0,
+    p.add_argument("--seconds", type=positive_float, default=2.0,
+                   help="per measurement (default 2)")
+    p.add_argument("--repeat", type=positive_int, default=3, help="runs per setting, interleaved")
+    p.add_argument("--memory-seconds", type=positive_float, default=20.0,
                    help="bound of the two-epoch memory run (default 20)")
     p.add_argument("--start-method", default=None, choices=["fork", "spawn", "forkserver"])
+    p.add_argument("--ragged", type=ragged_arg, default=None, metavar="MODE|JSON",
+                   help="Loader(ragged=): pad, packed or list for every array leaf, or a JSON "
+                   """object of leaf -> mode, e.g. '{"tokens": "pad"}'""")
     p.add_argument("--plot", metavar="OUT.png", default=None, help="a chart of the runs")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = p.parse_args(argv)
     if args.dataset in _BUILTIN:
         ds = _BUILTIN[args.dataset]()
     else:
-        ds = _resolve(args.dataset)
-    kw = {"start_method": args.start_method} if args.start_method else {}
+        ds = resolve(args.dataset)
+    kw: dict[str, Any] = {"start_method": args.start_method} if args.start_method else {}
+    if args.ragged is not None:
+        kw["ragged"] = args.ragged
     try:
         d = doctor(ds, args.batch_size, args.workers, seconds=args.seconds,
                    repeat=args.repeat, memory_seconds=args.memory_seconds, quiet=args.quiet,
                    **kw)
     except (TypeError, ValueError) as e:
         print(f"doctor: {e}", file=sys.stderr)
+        mismatch = getattr(e, "shape_mismatch", None)
+        if mismatch is not None and "ragged" in str(e):  # its advice, in this CLI's words
+            print(f"doctor: here, pass --ragged {ragged_flag(mismatch[0])} (or list, packed "
+                  "for its mode)", file=sys.stderr)
         return 2
     print(d.table())
     if args.plot:
@@ -660,39 +664,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chart: {args.plot}")
     return 0
 
-
-def _image() -> Any:
-    from fastload._bench import _Images
-
-    return _Images(2048)
-
-
-def _tiny() -> Any:
-    from fastload._bench import _Tiny
-
-    return _Tiny(50_000)
-
-
-class Compute:
-    """float32 (1024,) after ~0.5 ms of NumPy arithmetic (no BLAS): a CPU-bound sample."""
-
-    def __init__(self, n: int = 2048, rows: int = 96) -> None:
-        self.n, self.rows = n, rows
-        self.block: np.ndarray[Any, Any] | None = None
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> np.ndarray[Any, Any]:
-        if self.block is None:
-            self.block = np.random.default_rng(0).standard_normal((self.rows, 1024),
-                                                                  dtype=np.float32)
-        x = np.sin(self.block + np.float32(i))
-        np.cumsum(x, axis=0, out=x)
-        x.sort(axis=1)
-        out: np.ndarray[Any, Any] = x[-1] * np.float32(1 / math.sqrt(self.rows))
-        return out
-
-
-_BUILTIN: dict[str, Callable[[], Any]] = {
-    "fastload:image": _image, "fastload:tiny": _tiny, "fastload:compute": Compute}

@@ -31,6 +31,45 @@ def test_builtin_bench_rejects_bad_arguments():
     assert proc.returncode == 2 and "--epochs must be >= 2" in proc.stderr
 
 
+@pytest.mark.parametrize(("args", "said"), [
+    (["--n", "0"], "argument --n: must be >= 1, got 0"),
+    (["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0"),
+    (["--repeat", "0"], "argument --repeat: must be >= 1, got 0"),
+    (["--epochs", "0"], "argument --epochs: must be >= 1, got 0"),
+    (["--n", "-5"], "argument --n: must be >= 1, got -5"),
+    (["--workers", "-1"], "argument --workers: must be >= 0, got -1"),
+    (["--batch-size", "x"], "argument --batch-size: expected a whole number, got 'x'"),
+    (["--builtin", "--repeat", "0"], "argument --repeat: must be >= 1, got 0"),
+    (["--builtin", "--workers", "-2"], "argument --workers: must be >= 0, got -2"),
+])
+def test_bench_refuses_counts_below_one_instead_of_running_the_defaults(capsys, args, said):
+    # "--n 0" ran the default n (args.n or default): nothing said the flag was ignored.
+    from fastload._bench import main as bench_main
+
+    with pytest.raises(SystemExit) as e:
+        bench_main(args)
+    assert e.value.code == 2
+    assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0"),
+    (["--workers", "0"], "argument --workers: must be >= 1, got 0"),
+    (["--workers", "-3"], "argument --workers: must be >= 1, got -3"),
+    (["--repeat", "0"], "argument --repeat: must be >= 1, got 0"),
+    (["--seconds", "0"], "argument --seconds: must be a number > 0, got 0"),
+    (["--memory-seconds", "-1"], "argument --memory-seconds: must be a number > 0, got -1"),
+    (["--seconds", "nan"], "argument --seconds: must be a number > 0, got nan"),
+])
+def test_doctor_refuses_counts_and_durations_out_of_range(capsys, args, said):
+    from fastload._doctor import main as doctor_main
+
+    with pytest.raises(SystemExit) as e:
+        doctor_main(["fastload:tiny", *args])
+    assert e.value.code == 2
+    assert said in capsys.readouterr().err
+
+
 def test_info_names_the_core_and_numpy():
     proc = subprocess.run([sys.executable, "-m", "fastload", "info"], capture_output=True,
                           text=True, timeout=60)

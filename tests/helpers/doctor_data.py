@@ -78,3 +78,16 @@ class Sleepy(Rows):
 
         time.sleep(0.002)
         return super().__getitem__(i)
+
+
+class Tokens:
+    """A dict sample whose "tokens" leaf varies in length: needs ragged= to batch."""
+
+    def __init__(self, n: int = 256) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"tokens": np.arange(1 + i % 7, dtype=np.int64), "label": np.int64(i)}
