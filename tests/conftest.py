@@ -16,6 +16,12 @@ _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
+from helpers import shm  # noqa: E402 - after the path it is found by
+
+#: This run's mark on the multiprocessing semaphores of its processes (NOTE [own /dev/shm
+#: entries] in tests/helpers/shm.py): set before any test creates a process.
+SHM_MARK = shm.mark_process_tree()
+
 START_METHODS = ["fork", "forkserver", "spawn"]
 _CHILD_EXIT_GRACE_S = 3.0
 
@@ -29,14 +35,6 @@ def _fds() -> dict[int, str]:
         except OSError:  # the listing's own directory fd, already closed
             continue
     return out
-
-
-def _shm() -> set[str]:
-    # torch_* segments belong to torch jobs that may share this machine, not to fastload.
-    try:
-        return {n for n in os.listdir("/dev/shm") if not n.startswith("torch_")}
-    except FileNotFoundError:  # pragma: no cover
-        return set()
 
 
 def _os_children() -> set[int]:
@@ -77,12 +75,13 @@ def _multiprocessing_infrastructure():
 
 @pytest.fixture(autouse=True)
 def no_leaks(request):
-    """Fail a test that leaves child processes, file descriptors or /dev/shm entries behind."""
+    """Fail a test that leaves child processes, file descriptors or /dev/shm entries behind (its
+    own: NOTE [own /dev/shm entries] in tests/helpers/shm.py)."""
     gc.collect()
     children_before = {p.pid for p in mp.active_children()}
     os_children_before = _os_children()
     fds_before = _fds()
-    shm_before = _shm()
+    shm_before = shm.snapshot()
     yield
     gc.collect()
     problems = []
@@ -113,9 +112,9 @@ def no_leaks(request):
             f"{new_fds}"
         )
 
-    new_shm = _shm() - shm_before
+    new_shm = shm.own_new_entries(shm_before, SHM_MARK)
     if new_shm:
-        problems.append(f"new /dev/shm entries: {sorted(new_shm)}")
+        problems.append(f"new /dev/shm entries: {new_shm}")
 
     if problems and getattr(request.node, "_fastload_call_failed", False):
         # The failure's traceback keeps the test's frames (and loaders) alive: what looks like a

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import read_flag
+from helpers import read_flag, shm
 from helpers.faults import ExitAt, KillFirstTimes, LiesAboutLen, ObjectArrays, Steady
 
 import fastload
@@ -86,13 +86,13 @@ def test_object_arrays_are_pickled_not_copied_as_pointers(nw):
 
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd_create is Linux-only")
 def test_region_is_an_anonymous_memfd_not_in_dev_shm():
-    before = set(os.listdir("/dev/shm"))
+    before = shm.snapshot()
     with fastload.Loader(Steady(8, 0), 4, num_workers=1) as loader:
         next(iter(loader))
         fd = loader._engine.slots.region.fd
         target = os.readlink(f"/proc/self/fd/{fd}")
         assert target.startswith("/memfd:fastload"), target
-        assert set(os.listdir("/dev/shm")) == before
+        assert shm.own_new_entries(before, shm.mark_process_tree()) == []  # this run's
         # Nobody else can open it by name: it has none. Only processes allowed to ptrace us
         # (same user) could reach it through /proc/<pid>/fd.
         assert not os.path.exists("/dev/shm/fastload")

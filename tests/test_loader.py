@@ -14,6 +14,7 @@ import fastload
 from fastload._pack import SlotLease
 
 from helpers import MP_TIMEOUT
+from helpers import shm as shm_entries
 from helpers.datasets import (
     BigSample,
     InitRecorder,
@@ -757,10 +758,6 @@ def _fd_targets():
     return out
 
 
-def _shm():
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-
-
 @mp_test
 @pytest.mark.parametrize("nw", [0, 2])
 def test_close_is_idempotent_and_using_it_afterwards_raises(nw):
@@ -791,7 +788,7 @@ def test_context_manager_closes():
 @mp_test
 def test_close_releases_processes_fds_and_shm(start_method):
     gc.collect()
-    fds, shm = _fd_targets(), _shm()
+    fds, shm = _fd_targets(), shm_entries.snapshot()
     loader = fastload.Loader(Nested(20), 4, num_workers=2, start_method=start_method)
     for _ in range(2):
         for b in loader:
@@ -803,7 +800,8 @@ def test_close_releases_processes_fds_and_shm(start_method):
     assert mp.active_children() == []
     now = _fd_targets()
     assert len(now) <= len(fds), {k: v for k, v in now.items() if fds.get(k) != v}
-    assert _shm() == shm
+    # this run's entries (NOTE [own /dev/shm entries] in helpers/shm.py)
+    assert shm_entries.own_new_entries(shm, shm_entries.mark_process_tree()) == []
 
 
 @mp_test

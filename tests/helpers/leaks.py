@@ -1,5 +1,7 @@
 """Module-level datasets for tests/test_leaks.py."""
 
+import os
+
 import numpy as np
 
 
@@ -19,3 +21,15 @@ class Big:
 
     def __getitem__(self, i: int) -> np.ndarray:
         return np.full(2**18, i, np.float32)
+
+
+def leak_a_semaphore(conn) -> None:  # type: ignore[no-untyped-def]
+    """A spawn child that makes a multiprocessing Lock (a named semaphore: the start method is
+    spawn here), sends its name and leaves without multiprocessing's finalizers, as fastload's
+    workers did before NOTE [worker exit]: the semaphore stays in /dev/shm."""
+    import multiprocessing as mp
+
+    lock = mp.Lock()
+    conn.send(lock._semlock.name)
+    conn.close()
+    os._exit(0)
