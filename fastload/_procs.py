@@ -12,7 +12,7 @@ import sys
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["EXIT_UNGUARDED_MAIN", "choose_start_method", "default_start_method",
            "exit_code_name", "preload_in_fork_server", "refuse_unguarded_main",
@@ -70,14 +70,57 @@ def refuse_unguarded_main() -> None:
     if not getattr(proc, "_inheriting", False):
         return
     if proc.name.startswith("fastload-worker-"):
-        # os._exit: forkserver's child loop turns a SystemExit into exit code 1
+        # not SystemExit: forkserver's child loop turns it into exit code 1. What the main
+        # module's imports made (a library's semaphores) goes with the worker (exit_worker).
+        exit_worker(EXIT_UNGUARDED_MAIN)
+    raise RuntimeError(unguarded_main_text())
+
+
+def exit_worker(code: int) -> NoReturn:
+    """NOTE [worker exit]
+    A worker process ends with ``os._exit``, not by returning into multiprocessing's
+    ``Process._bootstrap``: under spawn that return would run the interpreter's shutdown, the
+    atexit handlers of the user's libraries and the join of their non-daemon threads (a worker
+    could hang there after close()), and what ended the worker is told on its pipe, not by its
+    exit. But ``_bootstrap`` runs, after ``run()`` and in every start method,
+    ``util._exit_function``: multiprocessing's finalizers (``util.Finalize`` with an exit
+    priority). Under spawn and forkserver a ``multiprocessing`` Lock or Semaphore is a named
+    POSIX semaphore in /dev/shm whose finalizer unlinks it; a worker reading a Hugging Face
+    ``datasets.Dataset`` makes one (tqdm's write lock, an ``RLock``). Skipped, they stayed in
+    /dev/shm after close() until the main process's resource tracker ended and printed "There
+    appear to be 2 leaked semaphore objects" (2 workers); it also skipped the removal of
+    temporary folders (``util.get_temp_dir``) and the closing of queues made in the worker. So
+    before ``os._exit`` a worker runs those finalizers as ``_exit_function`` does: exit
+    priority >= 0 first, then the rest. Not its
+    wait for child processes: a worker is daemonic, multiprocessing lets it start none, and an
+    unbounded join has no place on an exit path (a finalizer that blocks is bounded by the
+    parent's close(): terminate, then kill). atexit handlers do not run, as in multiprocessing's
+    fork and forkserver children.
+
+    Only the worker's own finalizers run: ``_bootstrap`` empties the registry in every child
+    (``Process._after_fork``), so a fork worker has none of its parent's; and ``Finalize``
+    skips one registered by another pid, which covers ``refuse_unguarded_main``, whose forkserver
+    worker exits before ``_bootstrap`` with the fork server's registry. Not run when the parent
+    died (the watchdog's ``os._exit``, or PDEATHSIG's SIGKILL) or the worker is killed (SIGTERM
+    or SIGKILL after close()'s grace period, the OOM killer): then the resource tracker unlinks
+    what is still registered when its last process ends, with that warning."""
+    try:
+        from multiprocessing import util
+
+        run = getattr(util, "_run_finalizers", None)  # private; another Python's may lack it
+        if run is not None:
+            util._exiting = True  # type: ignore[attr-defined]  # queue feeders: no error noise
+            run(0)
+            run()
+    except BaseException:  # noqa: BLE001 - nothing may keep a worker from exiting
+        pass
+    finally:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except (OSError, ValueError, AttributeError):
                 pass
-        os._exit(EXIT_UNGUARDED_MAIN)
-    raise RuntimeError(unguarded_main_text())
+        os._exit(code)
 
 
 def exit_code_name(code: int | None) -> str:

@@ -25,6 +25,7 @@ from . import _messages as m
 from ._fill import WorkerInfo, set_worker_info
 from ._iterable import StreamEnded
 from ._kinds import filler_for
+from ._procs import exit_worker
 from ._remote import pack_exception
 
 __all__ = ["worker_main"]
@@ -118,10 +119,10 @@ def worker_main(
     except BaseException as e:
         conn.send(m.InitFailed(pack_exception(e, None, worker_id)))
         _drain_and_close(conn)
-        os._exit(1)
+        exit_worker(1)
     conn.send(m.Started(worker_id))
     worker.run()
-    os._exit(0)
+    exit_worker(0)  # NOTE [worker exit] in _procs.py: multiprocessing's finalizers, then os._exit
 
 
 def thread_main(

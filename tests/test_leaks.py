@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import importlib.util
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from helpers import shm
-from helpers.leaks import Small, leak_a_semaphore
+from helpers.leaks import LockPerWorker, Small, leak_a_semaphore
 
 import fastload
 
@@ -167,6 +169,51 @@ def test_forked_workers_do_not_keep_other_loaders_shared_containers() -> None:
         meta_expected(i)["h"] for i in range(30_000))  # a's own workers still read theirs
     a.close()
     b.close()
+
+
+WORKER_EXIT = str(Path(__file__).resolve().parent / "helpers" / "worker_exit.py")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("method", "kind"), [
+    ("fork", "lock"), ("spawn", "lock"), ("forkserver", "lock"), ("spawn", "hf"),
+    ("forkserver", "hf"), ("spawn", "unguarded"), ("forkserver", "unguarded")])
+def test_workers_leave_no_semaphores(method: str, kind: str) -> None:
+    """NOTE [worker exit]: what multiprocessing made in a worker goes with it. Before, each
+    worker's named semaphore stayed in /dev/shm after close() and the program's resource
+    tracker printed "There appear to be 2 leaked semaphore objects" when it ended."""
+    if kind == "hf" and importlib.util.find_spec("datasets") is None:
+        pytest.skip("Hugging Face datasets is not installed")
+    r = subprocess.run([sys.executable, WORKER_EXIT, method, kind], capture_output=True,
+                       text=True, timeout=100)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout.splitlines()[-1])
+    if kind != "unguarded":  # the workers did make semaphores (fork: unnamed, none in /dev/shm)
+        assert (report["during"] >= 1) == (method != "fork"), report
+    assert report["left"] == [], report
+    assert "leaked" not in r.stderr, r.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_workers_run_their_own_finalizers_not_the_parents(method: str) -> None:
+    # the parent's named semaphore, whose multiprocessing finalizer unlinks it: a fork worker
+    # inherits that registration, and must not run it when it exits (NOTE [worker exit])
+    mine = mp.get_context("spawn").Lock()
+    path = "/dev/shm/sem." + mine._semlock.name.lstrip("/")  # type: ignore[attr-defined]
+    assert os.path.exists(path)
+    before = shm.snapshot()
+    with fastload.Loader(LockPerWorker("spawn"), 4, num_workers=2, start_method=method) as loader:
+        assert sum(len(b) for b in loader) == 16
+        made = shm.own_new_entries(before, shm.mark_process_tree())
+        assert made, "the workers' semaphores are named and carry this run's mark"
+    assert shm.own_new_entries(before, shm.mark_process_tree()) == []  # theirs went with them
+    assert os.path.exists(path)  # ours did not
+    with mine:  # and it still works
+        pass
+    del mine
+    gc.collect()
+    assert not os.path.exists(path)
 
 
 @pytest.mark.timeout(60)

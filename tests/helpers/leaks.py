@@ -1,5 +1,7 @@
 """Module-level datasets for tests/test_leaks.py."""
 
+from __future__ import annotations
+
 import os
 
 import numpy as np
@@ -33,3 +35,25 @@ def leak_a_semaphore(conn) -> None:  # type: ignore[no-untyped-def]
     conn.send(lock._semlock.name)
     conn.close()
     os._exit(0)
+
+
+class LockPerWorker:
+    """Each worker keeps a multiprocessing Lock made at its first sample until it exits: of
+    multiprocessing's default context (named under spawn and forkserver, not under fork), or
+    of ``method``'s (a library that asks for spawn: named in every worker)."""
+
+    held: list = []
+
+    def __init__(self, method: str | None = None) -> None:
+        self.method = method
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not LockPerWorker.held:
+            import multiprocessing as mp
+
+            ctx = mp.get_context(self.method) if self.method else mp
+            LockPerWorker.held.append(ctx.Lock())
+        return np.full(2, i)
