@@ -132,6 +132,34 @@ def test_examples_exist() -> None:
     assert {"numpy_shards.py", "torch_training.py", "augmentation.py"} <= names
 
 
+def test_the_shards_example_uses_fastloads_npyshards() -> None:
+    # It wrote an NpyShards class of its own, next to the library's.
+    path = EXAMPLES / "numpy_shards.py"
+    if not path.is_file():
+        pytest.skip("examples/ is not next to the tests")
+    text = path.read_text(encoding="utf-8")
+    assert "fastload.NpyShards(" in text and "class NpyShards" not in text
+
+
+def test_the_readme_says_how_to_install_now_and_which_loader_to_use() -> None:
+    if not (ROOT / "README.md").is_file():
+        pytest.skip("README.md is not next to the tests")
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert text.startswith("# fastload\n\n```bash\npip install -e . && python -m fastload bench\n"
+                           'pip install -e ".[test]" && python -m pytest\n```\n')
+    top = text[:text.index("## Why fastload")]
+    # Nothing is published yet: the README must not send a newcomer to a failing command alone.
+    assert "Nothing is published on PyPI yet" in top and "`pip install .`" in top
+    choices = top[top.index("**Which one do I use?**"):]
+    for name in ("fastload.compat.torch.DataLoader", "fastload.Loader", "fastload.ArrayDataset",
+                 "fastload.NpyShards", "fastload.ShardedStream"):
+        assert f"`{name}`" in choices, name
+        module, _, attr = name.rpartition(".")
+        if module.endswith("torch") and importlib.util.find_spec("torch") is None:
+            continue  # the drop-in needs torch, which is not installed here
+        assert callable(getattr(importlib.import_module(module), attr)), name
+
+
 @pytest.mark.timeout(RUN_TIMEOUT_S + 30)
 @pytest.mark.parametrize("script", EXAMPLE_SCRIPTS, ids=[p.name for p in EXAMPLE_SCRIPTS])
 def test_example_runs(script: Path, tmp_path: Path) -> None:
