@@ -387,6 +387,15 @@ class Loader:
         e = self._engine
         return e.pool.pids() if e is not None and e.pool is not None else []
 
+    def _worker_processes(self) -> list[Any]:
+        """The running workers by id: ``multiprocessing.Process`` objects (``pid``,
+        ``is_alive()``, ``join()``, ``exitcode``), thread workers' stand-ins for them; [] without
+        workers or once closed."""
+        e = self._engine
+        if e is None or e.pool is None or e.closed:
+            return []
+        return [p for p in e.pool.procs if p is not None]
+
     def _unshared(self) -> list[str]:
         """Large containers share_dataset left unshared, and why (NOTE [shared datasets])."""
         return self._engine.suspects() if self._engine is not None else []

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import struct
+import time
 from typing import Any
 
 import numpy as np
@@ -13,10 +15,11 @@ import torch
 from torch.utils.data import IterDataPipe
 
 import fastload
+from fastload._fill import sample_ctx
 from fastload.compat._leaves import encode
 
-__all__ = ["_TorchDataset", "_TorchDatasetGetitems", "_TorchIterable", "_WorkerInit",
-           "_tensors_out", "_to_numpy", "keyed_plan"]
+__all__ = ["EpochSeeds", "_TorchDataset", "_TorchDatasetGetitems", "_TorchIterable",
+           "_WorkerInit", "_tensors_out", "_to_numpy", "keyed_plan"]
 
 
 def _to_numpy(x: Any) -> Any:
@@ -122,8 +125,9 @@ class _TorchIterable:
         self.dataset = dataset
         self.unstacked = unstacked
         self.base_seed = base_seed
-        #: num_workers=0: the seed DataLoader.__iter__ drew (a list: shallow copies share it)
-        self.seed_box: list[int | None] = [None]
+        #: NOTE [datapipes]: each epoch's seed, as DataLoader.__iter__ drew it (a DataPipe's)
+        self.seeds = (EpochSeeds() if isinstance(dataset, IterDataPipe)
+                      and hasattr(os, "memfd_create") else None)
         self.passes = 0
 
     init: Any = None  # as _TorchDataset's (NOTE [pool workers])
@@ -139,13 +143,18 @@ class _TorchIterable:
     def _seed_datapipe(self) -> None:
         """NOTE [datapipes]: torch seeds a DataPipe's random operations (its shuffle()) with
         one seed per epoch shared by every worker, so that the workers' sharding_filter()s
-        split the same order. In this process (num_workers=0) the seed is torch's own draw
-        from the generator, as torch's iterator draws it; in a worker (nothing passes from the
-        main process to a worker's replica each epoch) it is derived from the base seed and the
-        pass number, the same in every worker: each epoch's shares are disjoint and complete,
-        and the order is deterministic given the base seed, but not torch's."""
-        seed = self.seed_box[0]
-        if seed is None or fastload.get_worker_info() is not None:
+        split the same order: its iterator draws the seed from the DataLoader's generator (at
+        each iter()) and sends it to each worker with the epoch's first task. Here the main
+        process writes each epoch's seed into a table before the epoch starts (EpochSeeds: an
+        anonymous file, as the sampler keys', NOTE [sampler keys]), and this replica reads the
+        entry of the epoch it is iterating for: fastload's sample context holds that epoch
+        whenever the engine calls iter() on a worker's dataset. Each epoch's shuffle is then
+        torch's own, with or without workers, persistent or not. Without memfd_create (not
+        Linux) the seed is derived from the base seed and the pass number, the same in every
+        worker: each epoch's shares are disjoint and complete, but the order is not torch's."""
+        if self.seeds is not None:
+            seed = self.seeds.get(sample_ctx()[1])
+        else:
             seed = int(np.random.SeedSequence([self.base_seed % 2**63, self.passes])
                        .generate_state(1, np.uint64)[0] % 2**63)
         self.passes += 1
@@ -217,20 +226,55 @@ class _WorkerInit:
 _LEN_BITS = 20
 
 
-class _Keys:
-    """The main process's table of sampler keys (NOTE [sampler keys]); pickled for workers as
-    (pid, fd): they only read."""
+class _SharedFile:
+    """An anonymous file (memfd) the main process writes and workers only read, pickled for
+    them as (pid, fd): a worker opens it through /proc/<main pid>/fd (fork, spawn, forkserver
+    alike); in the main process (thread workers, num_workers=0) it is read as it is."""
+
+    def __init__(self, name: str) -> None:
+        self.pid = os.getpid()
+        self.fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        self.owner = True
+        self._read_fd: int | None = None
+
+    def _reader(self) -> int:
+        fd = self._read_fd
+        if fd is None:
+            fd = self._read_fd = (self.fd if os.getpid() == self.pid else
+                                  os.open(f"/proc/{self.pid}/fd/{self.fd}",
+                                          os.O_RDONLY | os.O_CLOEXEC))
+        return fd
+
+    def close(self) -> None:
+        if self.owner and self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"pid": self.pid, "fd": self.fd}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.pid, self.fd = state["pid"], state["fd"]
+        self.owner, self._read_fd = False, None
+
+    def __del__(self) -> None:
+        if self.owner:  # the main process's table: its file
+            self.close()
+        elif self._read_fd is not None and self._read_fd != self.fd:
+            os.close(self._read_fd)  # a worker's copy: the file it opened
+
+
+class _Keys(_SharedFile):
+    """The main process's table of sampler keys (NOTE [sampler keys]); workers only read."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.fd = os.memfd_create("fastload-keys", os.MFD_CLOEXEC)
+        super().__init__("fastload-keys")
         self.size = 0
-        self.codes: dict[bytes, int] | None = {}
-        self._read_fd: int | None = None
+        self.codes: dict[bytes, int] = {}
 
     def code(self, key: Any) -> int:
         data = pickle.dumps(key, protocol=pickle.HIGHEST_PROTOCOL)
-        assert self.codes is not None, "workers do not add keys"
+        assert self.owner, "workers do not add keys"
         code = self.codes.get(data)
         if code is None:
             if len(data) >= 1 << _LEN_BITS:
@@ -242,31 +286,51 @@ class _Keys:
         return code
 
     def key(self, code: int) -> Any:
-        fd = self._read_fd
-        if fd is None:
-            fd = self._read_fd = (self.fd if os.getpid() == self.pid else
-                                  os.open(f"/proc/{self.pid}/fd/{self.fd}",
-                                          os.O_RDONLY | os.O_CLOEXEC))
         n = code & ((1 << _LEN_BITS) - 1)
-        return pickle.loads(os.pread(fd, n, code >> _LEN_BITS))
+        return pickle.loads(os.pread(self._reader(), n, code >> _LEN_BITS))
 
-    def close(self) -> None:
-        if self.codes is not None and self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"pid": self.pid, "fd": self.fd}
+#: An EpochSeeds entry: written (1), the seed (int64)
+_SEED = struct.Struct("<q?7x")
+#: How long a replica waits for its epoch's seed (written before the epoch starts: only a
+#: mispredicted epoch number waits, for the write that follows iter())
+_SEED_WAIT_S = 30.0
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.pid, self.fd = state["pid"], state["fd"]
-        self.size, self.codes, self._read_fd = 0, None, None
 
-    def __del__(self) -> None:
-        if self.codes is not None:  # the main process's table: its file
-            self.close()
-        elif self._read_fd is not None and self._read_fd != self.fd:
-            os.close(self._read_fd)  # a worker's copy: the file it opened
+class EpochSeeds(_SharedFile):
+    """NOTE [datapipes]: the seed of each epoch of a DataPipe loader, entry ``epoch`` at
+    ``epoch * 16``; written by the main process, read by the replicas (Linux: memfd)."""
+
+    def __init__(self) -> None:
+        super().__init__("fastload-seeds")
+        self.next_epoch = 0  # the epoch number the loader's next iter() is expected to get
+
+    def start(self, loader: Any, seed: int) -> Any:
+        """``iter(loader)``, its epoch's seed written first (before its tasks go out to the
+        workers) under the epoch number expected, and again under the one it got if not."""
+        self.put(self.next_epoch, seed)
+        it = iter(loader)
+        if it.epoch != self.next_epoch:
+            self.put(it.epoch, seed)
+        self.next_epoch = it.epoch + 1
+        return it
+
+    def put(self, epoch: int, seed: int) -> None:
+        os.pwrite(self.fd, _SEED.pack(seed, True), epoch * _SEED.size)
+
+    def get(self, epoch: int) -> int:
+        deadline = time.monotonic() + _SEED_WAIT_S
+        while True:
+            data = os.pread(self._reader(), _SEED.size, epoch * _SEED.size)
+            if len(data) == _SEED.size:
+                seed, written = _SEED.unpack(data)
+                if written:
+                    return int(seed)
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"fastload.compat.torch: no DataPipe seed for epoch {epoch} after "
+                    f"{_SEED_WAIT_S:.0f} s (NOTE [datapipes]); please report this")
+            time.sleep(0.001)
 
 
 def _is_index(i: Any, n: int | None) -> bool:

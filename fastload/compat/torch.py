@@ -86,6 +86,7 @@ from fastload._deaths import RESTART_ADVICE
 from fastload.compat._accelerate import keep_fastload_in_accelerate
 from fastload.compat._accelerate import register as register_for_accelerate
 from fastload.compat._leaves import T_MAP, T_OBJ, tag_of
+from fastload.compat._torch_iter import WorkerProcess, worker_processes
 from fastload.compat._torch_worker import (
     _TorchDataset,
     _TorchDatasetGetitems,
@@ -372,6 +373,7 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
         self._IterableDataset_len_called: int | None = None  # torch's name: see __len__
         self._base_seed: int | None = None
         self._keys: Any = None  # NOTE [sampler keys] (_torch_worker.py)
+        self._datapipe_seeds: Any = None  # NOTE [datapipes] (_torch_worker.py)
         self._initialized = True
         # torch's own check (a warning when num_workers exceeds the CPUs this process may use)
         TorchDataLoader.check_worker_number_rationality(self)
@@ -409,7 +411,7 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
         wrapped: Any
         if self._iterable:
             wrapped = _TorchIterable(self.dataset, unstacked, base_seed)
-            self._datapipe_seed = wrapped.seed_box
+            self._datapipe_seeds = wrapped.seeds  # NOTE [datapipes] (_torch_worker.py)
         else:
             wrapped = (_TorchDatasetGetitems if getitems else _TorchDataset)(self.dataset,
                                                                             unstacked)
@@ -469,8 +471,9 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
             if self._loader is None:
                 self._loader = self._make_loader(self.batch_size or 1, self._base_seed)
                 self._loader_unstacked = self._unstacked
-            self._datapipe_seed[0] = shared_seed  # for num_workers=0 (NOTE [datapipes])
-            return _BatchIter(self, iter(self._loader), pin, None)
+            seeds = self._datapipe_seeds  # NOTE [datapipes]: each epoch's seed to the workers
+            it = iter(self._loader) if seeds is None else seeds.start(self._loader, shared_seed)
+            return _BatchIter(self, it, pin, None)
         if self._auto_collation:
             plan = [list(b) for b in self.batch_sampler]
         else:
@@ -534,9 +537,10 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
         if self._loader is not None:
             self._loader.close()
             self._loader = None
-        if self._keys is not None:
-            self._keys.close()
-            self._keys = None
+        for table in (self._keys, self._datapipe_seeds):  # their anonymous files
+            if table is not None:
+                table.close()
+        self._keys = self._datapipe_seeds = None
 
     def __enter__(self) -> DataLoader[_T_co]:
         return self
@@ -609,6 +613,20 @@ class _BatchIter:
 
     def __len__(self) -> int:
         return self.nbatches if self.nbatches is not None else len(self.dl)
+
+    @property
+    def _workers(self) -> list[WorkerProcess]:
+        """torch's attribute: the worker processes serving this pass (the DataLoader's: they
+        outlive the iterator until the DataLoader is closed or collected, or belong to its
+        pool=). Without workers, torch's single-process iterator has no such attribute."""
+        if not self.dl.num_workers:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '_workers' "
+                                 "(num_workers=0: torch's single-process iterator has none)")
+        return worker_processes(self.dl._loader)
+
+    def _shutdown_workers(self) -> None:
+        """torch's method: stop the workers (the DataLoader's: :meth:`DataLoader.close`)."""
+        self.dl.close()
 
     def __next__(self) -> Any:
         if self.nbatches is not None and self.done >= self.nbatches:  # the plan's batches
