@@ -27,6 +27,18 @@ containers: until their loader closes); a reader keeps its read-only mapping, an
 Python's mmap holds with it, while it holds the container. Nothing has a name, so nothing is left
 after a crash. Where there is no /proc (macOS)
 a container pickles as its items, like the list or dict it came from.
+
+A SharedList is a ``list`` and a SharedDict a ``dict`` (subclasses), so that a dataset's own
+code behaves as with the list or dict share_dataset replaced: ``isinstance(x, list)``,
+``json.dumps``, ``copy()``, ``[0] + x``, ``{**d}``, ``dict(d)``, ``f(**d)``. Their list / dict
+storage holds none of the items: every method that reads is overridden to read the region, and
+CPython's C code reaches a subclass through those methods (``PySequence_Fast``, ``list.extend``
+and ``dict.update`` iterate any subclass that overrides ``__iter__``; ``list + x`` and ``x ==
+list`` try the subclass's reflected method first). One exception: json's C encoder writes
+``{}`` for a dict whose storage is empty without calling ``items()``, so a SharedDict's storage
+holds one private sentinel key (``_STORED``), which no overridden method shows. What still sees
+the storage are unbound calls on the base type (``dict.keys(d)``, ``list.__len__(x)``) and C
+functions that require an exact list or dict (``exec``'s globals): documented.
 """
 
 from __future__ import annotations
@@ -38,7 +50,7 @@ import pickle
 import secrets
 import weakref
 import zlib
-from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from typing import Any
 
 import numpy as np
@@ -322,16 +334,16 @@ class _Shared:
         return (_attach, (type(self), self._region.handle(), self._cow))
 
 
-class SharedList(_Shared, Sequence):  # type: ignore[type-arg]
+class SharedList(_Shared, list):  # type: ignore[type-arg]
     """A read-only list whose items live in shared memory (NOTE [shared containers]).
 
     ``SharedList(iterable)`` reads the iterable once. Indexing, slicing (a list), ``len``,
     iteration, ``in``, ``index``, ``count`` and ``==`` with a list behave as on the list; items
     come back equal to the originals (NumPy arrays as read-only views of the shared rows). It
     pickles as a handle, so workers attach the one copy instead of receiving their own.
-    ``copy()`` and ``+`` give a plain list. It is a ``collections.abc.Sequence``, not a ``list``
-    (``isinstance(x, list)`` is False, and ``json.dumps`` needs ``list(x)``): a list subclass
-    would hold its items in its own memory, which is what sharing avoids.
+    ``copy()``, ``+`` and ``*`` give a plain list. It is a ``list`` subclass whose list storage
+    is empty (NOTE [shared containers]): ``isinstance(x, list)`` holds and ``json.dumps(x)``
+    works, but unbound calls of list's methods (``list.__len__(x)``) see no items.
     """
 
     _what = "SharedList"
@@ -387,11 +399,51 @@ class SharedList(_Shared, Sequence):  # type: ignore[type-arg]
         for start in range(0, self._n, step):
             yield from self._items.many(start, min(self._n, start + step))
 
+    def __reversed__(self) -> Iterator[Any]:
+        for j in range(len(self) - 1, -1, -1):
+            yield self[j]
+
+    def __contains__(self, value: object) -> bool:
+        return any(_same(x, value) for x in self)
+
+    def index(self, value: Any, start: Any = 0, stop: Any = None) -> int:
+        n = len(self)
+        start, stop, _ = slice(start, stop).indices(n)
+        for j in range(start, stop):
+            if _same(self[j], value):
+                return j
+        raise ValueError(f"{value!r} is not in list")
+
+    def count(self, value: Any) -> int:
+        return sum(1 for x in self if _same(x, value))
+
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, (list, SharedList)):
+        if isinstance(other, list):  # a SharedList too
             return len(self) == len(other) and all(
                 _same(a, b) for a, b in zip(self, other))
         return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __lt__(self, other: Any) -> bool:
+        return list(self) < other if isinstance(other, list) else NotImplemented
+
+    def __le__(self, other: Any) -> bool:
+        return list(self) <= other if isinstance(other, list) else NotImplemented
+
+    def __gt__(self, other: Any) -> bool:
+        return list(self) > other if isinstance(other, list) else NotImplemented
+
+    def __ge__(self, other: Any) -> bool:
+        return list(self) >= other if isinstance(other, list) else NotImplemented
+
+    def __mul__(self, n: Any) -> list[Any]:
+        out: list[Any] = list(self) * n
+        return out
+
+    __rmul__ = __mul__
 
     def __repr__(self) -> str:
         return f"fastload.SharedList({len(self)} items, {self.kind}, {self.nbytes:,} bytes shared)"
@@ -401,7 +453,7 @@ class SharedList(_Shared, Sequence):  # type: ignore[type-arg]
         return list(self)
 
     def __add__(self, other: Any) -> list[Any]:
-        if isinstance(other, (list, SharedList)):
+        if isinstance(other, list):
             return list(self) + list(other)
         return NotImplemented
 
@@ -463,15 +515,19 @@ def _mutator(name: str) -> Any:
 
 
 # -- SharedDict ------------------------------------------------------------------------------------
-class SharedDict(_Shared, Mapping):  # type: ignore[type-arg]
+#: The one key a SharedDict's own dict storage holds (NOTE [shared containers])
+_STORED = object()
+
+class SharedDict(_Shared, dict):  # type: ignore[type-arg]
     """A read-only dict whose keys and values live in shared memory (NOTE [shared containers]).
 
     ``SharedDict(mapping)`` (or an iterable of pairs). Lookup, ``in``, ``get``, ``len``,
     iteration (insertion order), ``keys()`` / ``values()`` / ``items()`` and ``==`` with a dict
     behave as on the dict. Keys must be str, bytes, numbers, None or tuples of them: their hash
     has to be the same in every process. ``copy()`` and ``|`` give a plain dict. It is a
-    ``collections.abc.Mapping``, not a ``dict`` (``isinstance(x, dict)`` is False, and
-    ``json.dumps`` needs ``dict(x)``).
+    ``dict`` subclass whose dict storage holds none of the items (NOTE [shared containers]):
+    ``isinstance(x, dict)`` holds and ``json.dumps(x)``, ``dict(x)`` and ``f(**x)`` work, but
+    unbound calls of dict's methods (``dict.keys(x)``) do not see the items.
     """
 
     _what = "SharedDict"
@@ -511,6 +567,7 @@ class SharedDict(_Shared, Mapping):  # type: ignore[type-arg]
         self._mask = len(self._table) - 1
         self._private: dict[Any, Any] | None = None
         self._cow = False
+        dict.__setitem__(self, _STORED, None)  # NOTE [shared containers]: json's C encoder
 
     def _find(self, key: Any) -> int:
         try:
@@ -556,6 +613,16 @@ class SharedDict(_Shared, Mapping):  # type: ignore[type-arg]
         for start in range(0, self._n, 4096):
             yield from self._keys.many(start, min(self._n, start + 4096))
 
+    def __reversed__(self) -> Iterator[Any]:
+        if self._private is not None:
+            yield from reversed(self._private)
+            return
+        for j in range(self._n - 1, -1, -1):
+            yield self._keys.get(j)
+
+    def keys(self) -> Any:
+        return KeysView(self)
+
     def items(self) -> Any:
         return _ItemsView(self)
 
@@ -563,10 +630,14 @@ class SharedDict(_Shared, Mapping):  # type: ignore[type-arg]
         return _ValuesView(self)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, (dict, SharedDict)):
+        if isinstance(other, dict):  # a SharedDict too
             return len(self) == len(other) and all(
                 k in other and _same(v, other[k]) for k, v in self.items())
         return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
 
     def __repr__(self) -> str:
         return f"fastload.SharedDict({len(self)} items, {self.nbytes:,} bytes shared)"

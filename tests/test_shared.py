@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import gc
+import json
 import math
 import multiprocessing as mp
 import os
@@ -14,7 +16,8 @@ import numpy as np
 import pytest
 from helpers import MP_TIMEOUT
 from helpers.shared import (
-    MemmapShards, Meta, OpenShards, Special, Wrapper, grow_in_worker, meta_expected, read_all,
+    Introspective, MemmapShards, Meta, OpenShards, Special, Wrapper, grow_in_worker, meta_expected,
+    read_all,
     uss_of,
 )
 from hypothesis import HealthCheck, given, settings
@@ -461,8 +464,65 @@ def test_copy_and_concatenation_give_plain_containers():
     c = lst.copy()
     c.append(5)  # the caller's own list
     assert len(lst) == 5
-    # Not list / dict instances (documented): json needs the plain copy.
-    import json
 
-    assert not isinstance(lst, list) and json.dumps(lst.copy()) == "[0, 1, 2, 3, 4]"
-    assert json.loads(json.dumps(d.copy())) == {"a": 1, "b": 2}
+
+# What a dataset's own code does with a list or dict attribute, each as a function of it: the
+# shared container must give what the plain one gives (NOTE [shared containers]).
+LIST_USES = {
+    "isinstance": lambda x: isinstance(x, list),
+    "json": lambda x: json.dumps(x),
+    "json indent": lambda x: json.dumps({"k": x}, indent=1),
+    "len bool": lambda x: (len(x), bool(x)),
+    "index": lambda x: (x[0], x[-1], x[1:3], x[::2]),
+    "iter": lambda x: (list(x), tuple(x), sorted(x), list(reversed(x))),
+    "unpack": lambda x: (lambda a, b, *rest: (a, b, rest))(*x),
+    "contains": lambda x: ("b" in x, "zz" in x),
+    "methods": lambda x: (x.index("b"), x.count("b"), x.copy()),
+    "concat": lambda x: (x + ["z"], ["z"] + x, x * 2, 2 * x),
+    "extend": lambda x: (lambda y: (y.extend(x), y)[1])(["z"]),
+    "iadd": lambda x: (lambda y: (y.__iadd__(x)))(["z"]),
+    "compare": lambda x: (x == list(x), list(x) == x, x != ["q"], x < ["zz"], x >= ["a"]),
+    "join": lambda x: ",".join(x),
+    "numpy": lambda x: np.asarray(x).tolist(),
+    "copy": lambda x: (copy.copy(x) == x, copy.deepcopy(x) == x),
+    "set": lambda x: sorted(set(x)),
+}
+DICT_USES = {
+    "isinstance": lambda d: isinstance(d, dict),
+    "json": lambda d: json.dumps(d, sort_keys=True),
+    "json nested": lambda d: json.dumps({"k": d, "e": {}}),
+    "len bool": lambda d: (len(d), bool(d)),
+    "get": lambda d: (d["a"], d.get("b"), d.get("zz", 7), "a" in d, "zz" in d),
+    "views": lambda d: (list(d), list(d.keys()), list(d.values()), list(d.items()),
+                        d.keys() & {"a", "q"}, ("a", 1) in d.items(), list(reversed(d))),
+    "copies": lambda d: (dict(d), {**d}, d.copy(), (lambda **k: k)(**d)),
+    "merge": lambda d: (d | {"z": 0}, {"z": 0} | d, (lambda y: (y.update(d), y)[1])({})),
+    "compare": lambda d: (d == dict(d), dict(d) == d, d != {}),
+    "format": lambda d: ("{a}-{c}".format(**d), "%(a)s" % d, "{a}".format_map(d)),
+    "copy": lambda d: (copy.copy(d) == d, copy.deepcopy(d) == d),
+}
+
+
+@pytest.mark.parametrize("use", list(LIST_USES))
+def test_a_shared_list_does_what_the_list_does(use: str) -> None:
+    items = ["a", "b", "c", "b", "d"]
+    f = LIST_USES[use]
+    assert f(SharedList(items)) == f(list(items))
+
+
+@pytest.mark.parametrize("use", list(DICT_USES))
+def test_a_shared_dict_does_what_the_dict_does(use: str) -> None:
+    items = {"a": 1, "b": [2, 3], "c": "x"}
+    f = DICT_USES[use]
+    assert f(SharedDict(items)) == f(dict(items))
+
+
+def test_shared_containers_in_workers_serve_the_datasets_own_code() -> None:
+    # The review's case: isinstance, .copy() and json.dumps of its attributes in the dataset's
+    # __getitem__, which share_dataset=True (the default) broke with workers and not without.
+    data = Introspective(20_000)
+    expected = [b[:, 0].tolist() for b in fastload.Loader(data, batch_size=5000, num_workers=0)]
+    with fastload.Loader(data, batch_size=5000, num_workers=2, timeout=60) as loader:
+        got = [b[:, 0].tolist() for b in loader]
+        assert loader.stats()["shared_dataset"], "nothing was shared: the test tests nothing"
+    assert got == expected

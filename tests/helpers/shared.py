@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -175,3 +176,31 @@ class ManyPickled:
 
     def __getitem__(self, i: int) -> Any:
         return np.int64(self.items[i].i)
+
+
+class Introspective:
+    """A dataset whose own code treats its attributes as the list and dict they were:
+    ``isinstance``, ``copy()`` and ``json.dumps`` of each, once per process (a digest of them
+    goes into every sample), plus lookups per sample. share_dataset shares both (10,000 items
+    or more)."""
+
+    def __init__(self, n: int) -> None:
+        self.index = [f"item-{i}" for i in range(n)]
+        self.meta = {f"item-{i}": {"label": i % 7, "tags": ["x", str(i)]} for i in range(n)}
+        self._digest: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def digest(self) -> int:
+        pid = os.getpid()
+        if pid not in self._digest:
+            assert isinstance(self.index, list) and isinstance(self.meta, dict)
+            copied = self.index.copy() + list(self.meta.copy())
+            self._digest[pid] = (len(json.dumps(self.index)) + len(json.dumps(self.meta))
+                                 + len(copied))
+        return self._digest[pid]
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        key = self.index[i]
+        return np.array([self.digest() + self.meta[key]["label"] + i], dtype=np.int64)
