@@ -33,11 +33,10 @@ Sharing never changes what a dataset does (the workers' copy must behave as the 
 - A container's size is estimated from ``len()`` and ``sys.getsizeof`` of a sample of its items
   (one level into tuples, lists and dicts; arrays count 0): never by pickling its items.
 
-Converted containers are not ``list`` / ``dict`` instances (``isinstance(x, list)`` is False;
-``Sequence`` / ``Mapping`` are True), and ``json.dumps`` needs ``list(x)`` / ``dict(x)``; their
-``copy()`` and ``+`` (``|``) give a plain list (dict). A subclass of ``list`` would need its items
-in its own storage, which C code (``json``, ``PyList_GET_ITEM``) reads directly: that is the copy
-sharing exists to avoid. ``share_dataset=False`` sends the dataset as it is.
+Converted containers are ``list`` / ``dict`` subclasses whose own storage holds none of the
+items (NOTE [shared containers]), so the dataset's code works on them as on what they replaced
+(``isinstance``, ``json.dumps``, ``**d``); their ``copy()`` and ``+`` (``|``) give a plain list
+(dict). ``share_dataset=False`` sends the dataset as it is.
 """
 
 from __future__ import annotations
