@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-__all__ = ["WorkerProcess", "worker_processes"]
+__all__ = ["PICKLE_WARNING", "WorkerProcess", "warn_on_pickle_error", "worker_processes"]
+
+T = TypeVar("T")
 
 
 class WorkerProcess:
@@ -61,3 +65,28 @@ def worker_processes(loader: Any) -> list[WorkerProcess]:
     if loader is None:
         return []
     return [WorkerProcess(p) for p in loader._worker_processes()]
+
+
+#: torch's warning when a worker process cannot start for a pickle error (its
+#: _MultiProcessingDataLoaderIter), which its tests and users' logs look for.
+PICKLE_WARNING = (
+    "Got pickle error when attempting to start a worker Process. This might be because the "
+    "worker Process arguments are not picklable. Python 3.14+ changed the multiprocessing start "
+    "method in non-Mac POSIX platforms to 'forkserver', which requires the worker Process "
+    "arguments to be picklable. You can also try multiprocessing.set_start_method('fork').")
+
+
+def warn_on_pickle_error(make: Callable[..., T]) -> Callable[..., T]:
+    """``make`` (fastload.Loader) that gives torch's UserWarning before a TypeError saying the
+    dataset or worker_init_fn cannot be pickled for spawn/forkserver workers, as torch's
+    DataLoader warns before re-raising the error of ``Process.start()``."""
+
+    def call(*args: Any, **kw: Any) -> T:
+        try:
+            return make(*args, **kw)
+        except TypeError as e:
+            if "cannot be pickled" in str(e):
+                warnings.warn(PICKLE_WARNING, UserWarning, stacklevel=3)
+            raise
+
+    return call

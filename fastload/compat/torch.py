@@ -83,10 +83,11 @@ except ImportError as _e:  # pragma: no cover - exercised only without torch
 
 from fastload import Pool
 from fastload._deaths import RESTART_ADVICE
+from fastload._procs import program_start_method
 from fastload.compat._accelerate import keep_fastload_in_accelerate
 from fastload.compat._accelerate import register as register_for_accelerate
 from fastload.compat._leaves import T_MAP, T_OBJ, tag_of
-from fastload.compat._torch_iter import WorkerProcess, worker_processes
+from fastload.compat._torch_iter import WorkerProcess, warn_on_pickle_error, worker_processes
 from fastload.compat._torch_worker import (
     _TorchDataset,
     _TorchDatasetGetitems,
@@ -166,11 +167,9 @@ def _distributed_settings() -> tuple[int, int]:
 
 
 def _start_method_of(ctx: Any) -> str | None:
-    if ctx is None:
-        return None
-    if isinstance(ctx, str):
-        return ctx
-    return str(ctx.get_start_method())
+    if ctx is None:  # torch takes multiprocessing's default context: the program's, if it set one
+        return program_start_method()
+    return ctx if isinstance(ctx, str) else str(ctx.get_start_method())
 
 
 def _pool_of(pool: Any, ctx: Any, num_workers: int) -> tuple[Any, Any, int]:
@@ -423,7 +422,7 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
                             _distributed_settings(), threads) if self.num_workers else None)
         if pool is not None:  # NOTE [pool workers]: each worker runs it at its first sample
             wrapped.init = init
-        return Loader(
+        return warn_on_pickle_error(Loader)(
             wrapped,
             max(1, max_batch),
             num_workers=None if pool is not None else self.num_workers,
