@@ -15,8 +15,7 @@ from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
 __all__ = ["EXIT_UNGUARDED_MAIN", "choose_start_method", "default_start_method",
-           "exit_code_name", "exit_worker", "preload_in_fork_server", "program_start_method",
-           "refuse_unguarded_main",
+           "exit_code_name", "exit_worker", "preload_in_fork_server", "refuse_unguarded_main",
            "refuse_unimportable_main", "start_process", "unguarded_main_text"]
 
 _THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -168,10 +167,12 @@ def choose_start_method(given: str | None = None) -> tuple[str, str]:
     (logger "fastload", INFO) names the method, the reason and the other threads alive, and
     ``Loader.stats()`` has ``start_method`` and ``start_method_reason``.
 
-    compat.torch's DataLoader without multiprocessing_context= follows a start method the
-    program's main process set (``multiprocessing.set_start_method('spawn')``, as CUDA programs
-    do; ``program_start_method``), since torch's takes multiprocessing's default context, and
-    gives torch's "Got pickle error" warning when that fails to pickle; ``Loader`` does not.
+    compat.torch's DataLoader does not follow ``multiprocessing.set_start_method`` (torch's
+    takes multiprocessing's default context): tried, it broke torch's own tests that run after
+    one sets forkserver, whose datasets hold a ``multiprocessing.Value``. torch pickles the
+    dataset inside ``Process.start()``, where such objects may travel (their fds passed by the
+    spawning Popen); fastload pickles it once, before, where they may not. Following it needs
+    that first; until then multiprocessing_context= (or start_method=) chooses.
 
     Under spawn and forkserver the workers import the main module again, by its file: a class
     defined in a notebook cell, ``python -c`` or ``python -`` (a ``__main__`` without a file)
@@ -204,19 +205,6 @@ def choose_start_method(given: str | None = None) -> tuple[str, str]:
 def default_start_method() -> str:
     """The start method of ``start_method=None`` (NOTE [start method] in choose_start_method)."""
     return choose_start_method()[0]
-
-
-def program_start_method() -> str | None:
-    """The start method of multiprocessing's default context where the program's main process
-    set or fixed it (``multiprocessing.set_start_method``, as CUDA programs set 'spawn'), else
-    None; None under ``$FASTLOAD_START_METHOD``. compat.torch follows it, as torch's DataLoader
-    takes that context (NOTE [start method]). Not in a child process: multiprocessing fixes a
-    spawn or forkserver child's own method while it starts, the program did not choose it
-    there, and torch pickles the dataset inside Process.start(), where objects that only travel
-    by inheritance (a multiprocessing.Value) may be pickled: fastload pickles it before."""
-    if os.environ.get("FASTLOAD_START_METHOD") or mp.parent_process() is not None:
-        return None
-    return mp.get_start_method(allow_none=True)
 
 
 def refuse_unimportable_main(dataset: Any, method: str) -> None:

@@ -151,43 +151,6 @@ def test_stats_say_how_workers_started(monkeypatch: pytest.MonkeyPatch) -> None:
                                                                  "worker_method='thread'")
 
 
-PROGRAM_SETS_METHOD = textwrap.dedent("""
-    import multiprocessing as mp, os, sys
-    import numpy as np
-
-    class PPid:
-        def __len__(self):
-            return 4
-
-        def __getitem__(self, i):
-            return np.array([os.getppid()])
-
-    if __name__ == "__main__":
-        mp.set_start_method(sys.argv[1])
-        from fastload.compat.torch import DataLoader
-        got = {int(p) for b in DataLoader(PPid(), batch_size=2, num_workers=2, timeout=60)
-               for p in b.view(-1).tolist()}
-        print("FORKED_BY_MAIN", got == {os.getpid()})
-""")
-
-
-@pytest.mark.skipif(not _have_torch(), reason="torch is not installed")
-@pytest.mark.parametrize("method", ["fork", "forkserver"])
-def test_drop_in_follows_the_programs_set_start_method_as_torch(tmp_path: os.PathLike[str],
-                                                                 method: str) -> None:
-    # torch's DataLoader takes multiprocessing's default context, so a program that called
-    # set_start_method('forkserver') gets forkserver workers (children of the fork server)
-    script = os.path.join(tmp_path, "prog.py")
-    with open(script, "w") as f:
-        f.write(PROGRAM_SETS_METHOD)
-    env = {k: v for k, v in os.environ.items() if k != "FASTLOAD_START_METHOD"}
-    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(fastload.__file__))
-    r = subprocess.run([sys.executable, script, method], capture_output=True, text=True,
-                       timeout=TIMEOUT, env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert f"FORKED_BY_MAIN {method == 'fork'}" in r.stdout
-
-
 PROGRAM_UNPICKLABLE_INIT = textwrap.dedent("""
     import multiprocessing as mp, warnings
     import numpy as np
@@ -200,12 +163,12 @@ PROGRAM_UNPICKLABLE_INIT = textwrap.dedent("""
             return np.array([i])
 
     if __name__ == "__main__":
-        mp.set_start_method("forkserver")
         from fastload.compat.torch import DataLoader
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             try:
                 next(iter(DataLoader(DS(), batch_size=2, num_workers=2,
+                                     multiprocessing_context="forkserver",
                                      worker_init_fn=lambda w: None)))
             except TypeError as e:
                 print("RAISED", "cannot be pickled" in str(e))
@@ -260,10 +223,10 @@ PROGRAM_IN_A_SPAWNED_CHILD = textwrap.dedent("""
 
 @pytest.mark.skipif(not _have_torch(), reason="torch is not installed")
 def test_drop_in_in_a_spawned_child_keeps_fork(tmp_path: os.PathLike[str]) -> None:
-    # multiprocessing fixes a spawn child's start method to 'spawn' while it starts: that is
-    # not the program's choice, so the drop-in keeps fork there, and a dataset holding a
-    # multiprocessing.Value (shared by inheritance only) still loads (torch's
-    # test_get_worker_info runs its DataLoader in such a child)
+    # multiprocessing fixes a spawn child's start method to 'spawn' while it starts: the
+    # drop-in keeps fork there, and a dataset holding a multiprocessing.Value (shared by
+    # inheritance only) still loads (torch's test_get_worker_info runs its DataLoader in such
+    # a child)
     script = os.path.join(tmp_path, "prog.py")
     with open(script, "w") as f:
         f.write(PROGRAM_IN_A_SPAWNED_CHILD)

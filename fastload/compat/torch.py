@@ -83,7 +83,6 @@ except ImportError as _e:  # pragma: no cover - exercised only without torch
 
 from fastload import Pool
 from fastload._deaths import RESTART_ADVICE
-from fastload._procs import program_start_method
 from fastload.compat._accelerate import keep_fastload_in_accelerate
 from fastload.compat._accelerate import register as register_for_accelerate
 from fastload.compat._leaves import T_MAP, T_OBJ, tag_of
@@ -167,8 +166,8 @@ def _distributed_settings() -> tuple[int, int]:
 
 
 def _start_method_of(ctx: Any) -> str | None:
-    if ctx is None:  # torch takes multiprocessing's default context: the program's, if it set one
-        return program_start_method()
+    if ctx is None:  # fastload's choice, not multiprocessing's default (NOTE [start method])
+        return None
     return ctx if isinstance(ctx, str) else str(ctx.get_start_method())
 
 
