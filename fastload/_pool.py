@@ -27,6 +27,7 @@ from . import _messages as m
 from . import _threads
 from ._frames import FrameReader
 from ._procs import (
+    NotPicklable,
     _check_picklable_init,
     _pickle_for_workers,
     choose_start_method,
@@ -161,7 +162,7 @@ class WorkerPool:
             try:
                 payload = pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as e:
-                raise TypeError(
+                raise NotPicklable(
                     f"fastload: the dataset {type(dataset).__qualname__} cannot be pickled "
                     f"({type(e).__name__}: {e}). A Loader on a shared fastload.Pool sends its "
                     "dataset to the running workers, so it must pickle: keep unpicklable members "

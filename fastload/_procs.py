@@ -14,7 +14,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
-__all__ = ["EXIT_UNGUARDED_MAIN", "choose_start_method", "default_start_method",
+__all__ = ["EXIT_UNGUARDED_MAIN", "NotPicklable", "choose_start_method", "default_start_method",
            "exit_code_name", "exit_worker", "preload_in_fork_server", "refuse_unguarded_main",
            "refuse_unimportable_main", "start_process", "unguarded_main_text"]
 
@@ -276,11 +276,17 @@ def _restore_sigmask(mask: Any) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
+class NotPicklable(TypeError):
+    """A dataset or worker_init that spawn/forkserver workers (or a shared pool's running ones)
+    cannot receive because it does not pickle. A TypeError, as before; compat.torch tells it
+    apart to warn as torch does (compat/_torch_iter.py)."""
+
+
 def _check_picklable_init(worker_init: Any, method: str) -> None:
     try:
         pickle.dumps(worker_init)
     except Exception as e:
-        raise TypeError(
+        raise NotPicklable(
             f"fastload: worker_init={worker_init!r} cannot be pickled for start_method={method!r} "
             f"({type(e).__name__}: {e}); define it at module level, or use start_method='fork'"
         ) from e
@@ -292,7 +298,7 @@ def _pickle_for_workers(dataset: Any, method: str) -> bytes:
     try:
         return pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as e:
-        raise TypeError(
+        raise NotPicklable(
             f"fastload: the dataset {type(dataset).__qualname__} cannot be pickled for "
             f"start_method={method!r} ({type(e).__name__}: {e}). Workers started with "
             f"{method!r} receive a pickled copy: keep unpicklable members (open files, locks, "

@@ -131,13 +131,10 @@ class SharedRegion:
         self.fd = new_fd(nbytes, what) if fd is None else fd
         try:
             self.mm = mmap.mmap(self.fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except OSError as e:
+        except BaseException as e:
             os.close(self.fd)
-            if e.errno in _NO_ROOM:
+            if isinstance(e, OSError) and e.errno in _NO_ROOM:
                 raise no_room(e, nbytes, what, "map") from e
-            raise
-        except BaseException:
-            os.close(self.fd)
             raise
         # The mapping keeps the memory alive; the fd is needed only to send it to new workers.
         self.closed = False

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+import operator
 import os
 import pickle
 import secrets
@@ -326,6 +327,10 @@ class _Shared:
     def _materialize(self) -> Any:
         raise NotImplementedError
 
+    def __ne__(self, other: object) -> bool:  # list's and dict's read the (empty) storage
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
     def __reduce__(self) -> Any:
         if self._private is not None:
             return (type(self._private), (self._private,))
@@ -422,22 +427,6 @@ class SharedList(_Shared, list):  # type: ignore[type-arg]
             return len(self) == len(other) and all(
                 _same(a, b) for a, b in zip(self, other))
         return NotImplemented
-
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    def __lt__(self, other: Any) -> bool:
-        return list(self) < other if isinstance(other, list) else NotImplemented
-
-    def __le__(self, other: Any) -> bool:
-        return list(self) <= other if isinstance(other, list) else NotImplemented
-
-    def __gt__(self, other: Any) -> bool:
-        return list(self) > other if isinstance(other, list) else NotImplemented
-
-    def __ge__(self, other: Any) -> bool:
-        return list(self) >= other if isinstance(other, list) else NotImplemented
 
     def __mul__(self, n: Any) -> list[Any]:
         out: list[Any] = list(self) * n
@@ -635,10 +624,6 @@ class SharedDict(_Shared, dict):  # type: ignore[type-arg]
                 k in other and _same(v, other[k]) for k, v in self.items())
         return NotImplemented
 
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
     def __repr__(self) -> str:
         return f"fastload.SharedDict({len(self)} items, {self.nbytes:,} bytes shared)"
 
@@ -696,3 +681,19 @@ for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "e
 for _name in ("__setitem__", "__delitem__", "__ior__", "pop", "popitem", "clear", "update",
               "setdefault"):
     setattr(SharedDict, _name, _mutator(_name))
+
+
+def _ordering(name: str) -> Any:
+    """SharedList's ``<``, ``<=``, ``>``, ``>=``: list's, on its items (list's own would compare
+    the empty storage)."""
+    compare = getattr(operator, name.strip("_"))  # the full dispatch: other may be shared
+
+    def op(self: SharedList, other: Any) -> Any:
+        return compare(list(self), other) if isinstance(other, list) else NotImplemented
+
+    op.__name__ = name
+    return op
+
+
+for _name in ("__lt__", "__le__", "__gt__", "__ge__"):
+    setattr(SharedList, _name, _ordering(_name))

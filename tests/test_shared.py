@@ -482,6 +482,7 @@ LIST_USES = {
     "extend": lambda x: (lambda y: (y.extend(x), y)[1])(["z"]),
     "iadd": lambda x: (lambda y: (y.__iadd__(x)))(["z"]),
     "compare": lambda x: (x == list(x), list(x) == x, x != ["q"], x < ["zz"], x >= ["a"]),
+    "compare alike": lambda x: (x < type(x)(["zz"]), type(x)(["a"]) < x, x == type(x)(x)),
     "join": lambda x: ",".join(x),
     "numpy": lambda x: np.asarray(x).tolist(),
     "copy": lambda x: (copy.copy(x) == x, copy.deepcopy(x) == x),

@@ -65,8 +65,24 @@ def _have_torch() -> bool:
     return True
 
 
-def _run(how: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _env() -> dict[str, str]:
+    """This environment without a forced start method, fastload importable from anywhere."""
     env = {k: v for k, v in os.environ.items() if k != "FASTLOAD_START_METHOD"}
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(fastload.__file__))
+    return env
+
+
+def _run_file(folder: os.PathLike[str], program: str) -> subprocess.CompletedProcess[str]:
+    """``program`` run as a script file (its __main__ has a file: spawn workers import it)."""
+    script = os.path.join(folder, "prog.py")
+    with open(script, "w") as f:
+        f.write(program)
+    return subprocess.run([sys.executable, script], capture_output=True, text=True,
+                          timeout=TIMEOUT, env=_env())
+
+
+def _run(how: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = _env()
     if how == "stdin":  # python -: __main__.__file__ is '<stdin>'
         cmd, given = [sys.executable, "-", *args], PROGRAM
     else:  # python -c: __main__ has no __file__ at all, as in a kernel
@@ -179,13 +195,7 @@ PROGRAM_UNPICKLABLE_INIT = textwrap.dedent("""
 @pytest.mark.skipif(not _have_torch(), reason="torch is not installed")
 def test_drop_in_warns_as_torch_when_a_worker_argument_does_not_pickle(
         tmp_path: os.PathLike[str]) -> None:
-    script = os.path.join(tmp_path, "prog.py")
-    with open(script, "w") as f:
-        f.write(PROGRAM_UNPICKLABLE_INIT)
-    env = {k: v for k, v in os.environ.items() if k != "FASTLOAD_START_METHOD"}
-    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(fastload.__file__))
-    r = subprocess.run([sys.executable, script], capture_output=True, text=True,
-                       timeout=TIMEOUT, env=env)
+    r = _run_file(tmp_path, PROGRAM_UNPICKLABLE_INIT)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "RAISED True" in r.stdout and "WARNED True" in r.stdout, r.stdout + r.stderr[-2000:]
 
@@ -227,12 +237,6 @@ def test_drop_in_in_a_spawned_child_keeps_fork(tmp_path: os.PathLike[str]) -> No
     # drop-in keeps fork there, and a dataset holding a multiprocessing.Value (shared by
     # inheritance only) still loads (torch's test_get_worker_info runs its DataLoader in such
     # a child)
-    script = os.path.join(tmp_path, "prog.py")
-    with open(script, "w") as f:
-        f.write(PROGRAM_IN_A_SPAWNED_CHILD)
-    env = {k: v for k, v in os.environ.items() if k != "FASTLOAD_START_METHOD"}
-    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(fastload.__file__))
-    r = subprocess.run([sys.executable, script], capture_output=True, text=True,
-                       timeout=TIMEOUT, env=env)
+    r = _run_file(tmp_path, PROGRAM_IN_A_SPAWNED_CHILD)
     assert "CHILD [[0, 1], [2, 3]] 4" in r.stdout, r.stdout + r.stderr[-3000:]
     assert "EXIT 0" in r.stdout

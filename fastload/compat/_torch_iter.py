@@ -7,6 +7,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from fastload._procs import NotPicklable
+
 __all__ = ["PICKLE_WARNING", "WorkerProcess", "warn_on_pickle_error", "worker_processes"]
 
 T = TypeVar("T")
@@ -77,16 +79,15 @@ PICKLE_WARNING = (
 
 
 def warn_on_pickle_error(make: Callable[..., T]) -> Callable[..., T]:
-    """``make`` (fastload.Loader) that gives torch's UserWarning before a TypeError saying the
-    dataset or worker_init_fn cannot be pickled for spawn/forkserver workers, as torch's
+    """``make`` (fastload.Loader) that gives torch's UserWarning before a NotPicklable (the
+    dataset or worker_init_fn cannot be pickled for spawn/forkserver workers), as torch's
     DataLoader warns before re-raising the error of ``Process.start()``."""
 
     def call(*args: Any, **kw: Any) -> T:
         try:
             return make(*args, **kw)
-        except TypeError as e:
-            if "cannot be pickled" in str(e):
-                warnings.warn(PICKLE_WARNING, UserWarning, stacklevel=3)
+        except NotPicklable:
+            warnings.warn(PICKLE_WARNING, UserWarning, stacklevel=3)
             raise
 
     return call
