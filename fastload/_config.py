@@ -55,6 +55,7 @@ class LoaderConfig:
     share_rows: bool = True  # NOTE [pieces] (csrc/fl_ring.c), where a batch allows it
     seed_globals: bool | None = None  # NOTE [global RNGs] (_rngs.py)
     assign: str = "any"  # "round_robin": batch b to worker b % num_workers
+    in_order: bool = True  # False: each batch as soon as it is loaded (NOTE [out of order])
     io_concurrency: int = 1  # NOTE [reads in flight] (_io.py)
 
     @property
@@ -87,6 +88,7 @@ class LoaderConfig:
         seed_globals: bool | None = None,
         assign: str = "any",
         io_concurrency: int = 1,
+        in_order: bool = True,
     ) -> LoaderConfig:
         """Validate a Loader's arguments (``pool``: a fastload.Pool or None; ``n``: the
         dataset's length, None for a plain iterable)."""
@@ -96,7 +98,7 @@ class LoaderConfig:
             return_mask=return_mask, batch_plan=batch_plan, on_stall=on_stall, stack=stack,
             share_dataset=share_dataset, on_error=on_error, max_skips=max_skips,
             share_rows=share_rows, seed_globals=seed_globals, assign=assign,
-            io_concurrency=io_concurrency,
+            io_concurrency=io_concurrency, in_order=in_order,
         ))
         if c["max_skips"] is not None and on_error != "skip":
             raise ValueError("max_skips applies with on_error='skip' (samples that raise "
@@ -154,7 +156,7 @@ class LoaderConfig:
             # pieces of shared batches would start as single rows, one read at a time
             share_rows=c["share_rows"] and c["assign"] == "any" and c["io_concurrency"] == 1,
             seed_globals=c["seed_globals"], assign=c["assign"],
-            io_concurrency=c["io_concurrency"],
+            io_concurrency=c["io_concurrency"], in_order=c["in_order"],
         )
 
 

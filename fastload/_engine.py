@@ -72,6 +72,32 @@ def _undeliverable(epoch: int, b: int, indices: Any, worker: int, pid: int) -> s
             "goes on")
 
 
+def _check_resumable(cfg: Any, plan: Any, epoch: int, position: int) -> None:
+    """NOTE [out of order] (_scheduler.py): in_order=False cannot resume mid-epoch."""
+    if not cfg.in_order and cfg.num_workers and 0 < position < plan.nbatches_of(epoch):
+        raise ValueError("state_dict() in the middle of an epoch needs in_order=True: with "
+                         "in_order=False batches came out of order, and a position cannot say "
+                         "which; save the state between epochs")
+
+
+def _stats(self: Any) -> dict[str, Any]:
+    """Loader.stats() (an Engine's)."""
+    slots, out, pool = self.slots, dict[str, Any](self.counters), self.pool
+    out.update(held_batches=slots.held if slots else 0, nslots=self.cfg.nslots,
+               slot_bytes=self.layout.slot_bytes if self.layout is not None else None,
+               shared_rows=bool(slots is not None and slots.shared),
+               # NOTE [global RNGs] (_rngs.py): known once the first sample has loaded
+               seeded_globals=bool(self.layout is not None and self.layout.global_rng),
+               start_method=pool and pool.start_method,  # NOTE [start method] (_procs.py)
+               start_method_reason=pool and pool.start_method_reason)
+    if slots is not None and not slots.ring.closed:
+        out["ring"] = slots.ring.stats()
+    out["shared_dataset"] = list(self.sharing.converted) if self.sharing else []
+    f = self.faults
+    out["skipped"], out["skipped_total"] = list(f.skipped), f.skipped_total
+    return out
+
+
 class Engine:
     """Everything a loader owns. Holds no reference to the Loader (so finalizers work)."""
 
@@ -208,6 +234,7 @@ class Engine:
             raise StopIteration
         if b == 1 and self.pool is not None:
             self.memwatch.first_batch_out(self.pool.pids())
+        p.batch = b  # (the worker path's task says which, in_order=False)
         try:
             batch = self._worker_batch(p) if self.pool else self._inprocess_batch(p)
             if batch is _ENDED:  # NOTE [iterable datasets]: every worker's iterator ended
@@ -228,7 +255,7 @@ class Engine:
         p.position = b + 1
         if b + 1 >= total:
             self._finish(p)
-        return (batch, self.plan.mask(epoch, b)) if self.cfg.return_mask else batch
+        return (batch, self.plan.mask(epoch, p.batch)) if self.cfg.return_mask else batch
 
     def _inprocess_batch(self, p: Pass) -> Any:
         """num_workers=0: the workers' fill path (fastload/_fill.py), into a private buffer."""
@@ -274,10 +301,11 @@ class Engine:
                            "passes and held batches use them all")
                 time.sleep(0.001)
                 continue
-            assert plan.iterable or task.batch == p.position
-            state, owner, _, rows, count, flags, var_bytes, pid, _ = self._wait_slot(
-                task.slot, p)
+            assert plan.iterable or task.batch == p.position or not self.cfg.in_order
+            task, (state, owner, _, rows, count, flags, var_bytes, pid, _) = self._wait_slot(
+                task, p)
             slots.take(task)
+            p.batch = task.batch
             assert self.mail is not None and self.layout is not None
             spilled = None
             if state == _ring.FAILED:
@@ -310,24 +338,27 @@ class Engine:
                                           owner, pid))
                 raise
 
-    def _wait_slot(self, slot: int, p: Pass) -> Any:
-        """The slot's result (RingIndex.await_result) once READY or FAILED: a batch whose
-        worker died stays QUEUED (its pieces given back, or CLOSED if its pass ends: NOTE [pool
-        callbacks] in _faults.py), so each step checks the workers. A batch that is there
-        within the first step costs no Deadline."""
+    def _wait_slot(self, task: Any, p: Pass) -> tuple[Any, Any]:
+        """The task and its slot's result (RingIndex.await_result) once READY or FAILED (with
+        in_order=False any task of the pass that is: NOTE [out of order] in _scheduler.py): a
+        batch whose worker died stays QUEUED (its pieces given back, or CLOSED if its pass
+        ends: NOTE [pool callbacks] in _faults.py), so each step checks the workers. A batch
+        that is there within the first step costs no Deadline."""
         slots = self.sched.slots
         assert slots is not None
-        ring, first = slots.ring, self._first_wait
-        got = ring.await_result(slot, first)
-        if got:
-            return got
-        wait = Deadline(self.cfg.timeout, self.cfg.on_stall, elapsed=first if got is None else 0)
+        ring, slot, step, wait = slots.ring, task.slot, self._first_wait, None
         while True:
+            if self.cfg.in_order:
+                got = ring.await_result(slot, step)
+            else:
+                task, got = slots.await_any(p.epoch, task, step)
+            if got:
+                return task, got
+            wait = wait or Deadline(self.cfg.timeout, self.cfg.on_stall,
+                                    elapsed=step if got is None else 0)
             self._check_workers(p)  # closed? dead workers? (it waits for the pool's lock: a
             wait.check(lambda: slots.why_late(slot))  # death's verdict is recorded by then)
-            got = ring.await_result(slot, wait.step())
-            if got:
-                return got
+            step = wait.step()
 
     # -- the region ---------------------------------------------------------------------------
     def _setup_region(self, p: Pass) -> None:
@@ -396,7 +427,9 @@ class Engine:
 
     def state_dict(self) -> dict[str, Any]:
         self._end_dropped()
-        return self.plan.state(*self.passes.state())  # NOTE [resume state] (_passes.py)
+        epoch, position = self.passes.state()  # NOTE [resume state] (_passes.py)
+        _check_resumable(self.cfg, self.plan, epoch, position)
+        return self.plan.state(epoch, position)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.check_usable()
@@ -407,19 +440,5 @@ class Engine:
         self.sched.restart_at(epoch, position)
 
 
-    def stats(self) -> dict[str, Any]:
-        slots, out, pool = self.slots, dict[str, Any](self.counters), self.pool
-        out.update(held_batches=slots.held if slots else 0, nslots=self.cfg.nslots,
-                   slot_bytes=self.layout.slot_bytes if self.layout is not None else None,
-                   shared_rows=bool(slots is not None and slots.shared),
-                   # NOTE [global RNGs] (_rngs.py): known once the first sample has loaded
-                   seeded_globals=bool(self.layout is not None and self.layout.global_rng),
-                   start_method=pool and pool.start_method,  # NOTE [start method] (_procs.py)
-                   start_method_reason=pool and pool.start_method_reason)
-        if slots is not None and not slots.ring.closed:
-            out["ring"] = slots.ring.stats()
-        out["shared_dataset"] = list(self.sharing.converted) if self.sharing else []
-        f = self.faults
-        out["skipped"], out["skipped_total"] = list(f.skipped), f.skipped_total
-        return out
+    stats = _stats  # (a module function: this class is at its size limit)
 

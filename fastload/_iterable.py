@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -244,6 +245,8 @@ class IterPlan(EpochPlan):
         self.workers = workers  # 0: the main process alone, as "worker 0"
         self._epochs: dict[int, _EpochTasks] = {}
         self._resume: dict[str, Any] | None = None
+        #: NOTE [out of order] (_scheduler.py): whether a worker may be given one more task
+        self.room: Callable[[int], bool] | None = None
 
     @property
     def rows(self) -> int:
@@ -280,10 +283,10 @@ class IterPlan(EpochPlan):
     targeted = True
 
     def target(self, epoch: int, b: int) -> int | None:
-        return self._of(epoch).task(b)[0] if self.workers else None
+        return self._of(epoch).task(b, self.room)[0] if self.workers else None
 
     def batch(self, epoch: int, b: int) -> _Array:
-        r = self._of(epoch).task(b)[1]
+        r = self._of(epoch).task(b, self.room)[1]
         return np.arange(r * self.batch_size, (r + 1) * self.batch_size, dtype=np.int64)
 
     def mask(self, epoch: int, b: int) -> _Array:
@@ -382,14 +385,17 @@ class _EpochTasks:
     def all_ended(self) -> bool:
         return len(self.ended) >= self.nw
 
-    def task(self, b: int) -> tuple[int, int]:
+    def task(self, b: int, room: Callable[[int], bool] | None = None) -> tuple[int, int]:
+        """(worker, round) of task ``b``, assigned now if it is new: to the next worker in
+        turn whose iterator has not ended (and, given ``room``, that has room)."""
         i = b - self.base
         while len(self.tasks) <= i:
             if self.all_ended:
                 raise IndexError(f"no task {b}: every worker's iterator has ended")
-            k = self.assign_cycle
-            while k in self.ended:
-                k = (k + 1) % self.nw
+            live = [k for k in ((self.assign_cycle + j) % self.nw for j in range(self.nw))
+                    if k not in self.ended]
+            # NOTE [out of order] (_scheduler.py): the next worker in turn that has room
+            k = next((w for w in live if room(w)), live[0]) if room is not None else live[0]
             self.tasks.append((k, self.assign_round[k]))
             self.assign_round[k] += 1
             self.assign_cycle = (k + 1) % self.nw

@@ -43,15 +43,17 @@ class Mailbox:
         #: (worker, epoch) whose iterator had no probe sample (NOTE [iterable datasets])
         self.probe_ended: tuple[int, int] | None = None
 
-    def send_probe(self, probe: m.Probe, warm: list[tuple[int, int]], to: int = 0) -> None:
+    def send_probe(self, probe: m.Probe, warm: list[tuple[int, int]], to: int = 0,
+                   hint: bool = False) -> None:
         """``probe`` to worker ``to``; each (worker, sample) of ``warm`` to load and keep
-        (NOTE [first samples] in _startup.py)."""
+        (NOTE [first samples] in _startup.py), and with ``hint`` to say its layout too."""
         # Not kept if the worker is dead: the engine asks again once it is restarted.
         self.probe = probe if self.pool.send(to, probe) else None
         self.probe_worker = to
         self.probe_started = self.probe_failed = self.probe_stale = False
         for k, index in warm:
-            self.pool.send(k, probe._replace(sample=index, spec=None, report=False, rest=()))
+            self.pool.send(k, probe._replace(sample=index, spec=probe.spec if hint else None,
+                                             report=False, rest=(), hint=hint))
 
     def retarget(self) -> None:
         """``load_state_dict`` moved where the first pass starts: a probe in flight was sent
@@ -100,8 +102,10 @@ class Mailbox:
         elif isinstance(msg, m.LayoutFound):
             if self.layout is None:
                 self.layout = msg.layout
-        elif isinstance(msg, m.ProbeFailed) and self.probe_stale:
-            self.probe, self.probe_stale = None, False  # sent again for the resumed batch
+        elif isinstance(msg, m.ProbeFailed) and (self.probe_stale or self.layout is not None):
+            # sent again for the resumed batch; or a layout came first from another worker
+            # (in_order=False): the sample's batch raises its error when it loads again
+            self.probe, self.probe_stale = None, False
         elif isinstance(msg, (m.ProbeFailed, m.InitFailed)):
             self.probe = None
             self.probe_failed = isinstance(msg, m.ProbeFailed)

@@ -83,6 +83,9 @@ class Probe(NamedTuple):
     #: probe's batch, whose reads start with the probe's (io_concurrency > 1)
     io: int = 1
     rest: tuple[int, ...] = ()
+    #: with report=False: also reply the sample's layout (NOTE [first samples]: in_order=False
+    #: takes the first layout any worker finds)
+    hint: bool = False
 
 
 class Attach(NamedTuple):

@@ -435,6 +435,17 @@ OPTIONS: tuple[Option, ...] = (
         "one slow worker then holds the others back, and no rows are shared.",
         one_of("any", "round_robin"),
     ),
+    Option(
+        "in_order", True, "bool",
+        "Deliver batches in the epoch's order. ``False``: each batch as soon as it is loaded, "
+        "so a slow sample holds back no batch but its own, as torch's ``in_order=False``; "
+        "with ``assign=\"round_robin\"`` the next batch goes to the next worker in turn that "
+        "has fewer than ``prefetch`` batches outstanding, torch's assignment. Every batch of the "
+        "epoch still comes exactly once; ``return_mask``'s mask is the delivered batch's. "
+        "``state_dict()`` in the middle of such an epoch raises (a position cannot say which "
+        "batches came): save between epochs. With ``num_workers=0`` batches are in order.",
+        boolean,
+    ),
 )
 
 BY_NAME: Mapping[str, Option] = {o.name: o for o in OPTIONS}

@@ -43,7 +43,7 @@ class Pass:
     ``load_state_dict``; a pass id cannot), the batches it consumed, what ``on_error="skip"``
     replaced in it, and a death's error that cost it a batch (raised at its next step)."""
 
-    __slots__ = ("epoch", "token", "position", "skips", "lost", "total")
+    __slots__ = ("epoch", "token", "position", "skips", "lost", "total", "batch")
 
     def __init__(self, epoch: int, token: int, position: int) -> None:
         self.epoch = epoch
@@ -52,6 +52,8 @@ class Pass:
         #: its batches, once known (the engine asks the plan at the first next(): a batch
         #: plan is never asked before; a plain iterable's count is never fixed)
         self.total: int | None = None
+        #: the plan's number of the batch delivered last (in_order=False: not position - 1)
+        self.batch = 0
         self.skips: list[tuple[Any, str]] = []
         self.lost: BaseException | None = None
 

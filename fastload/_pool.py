@@ -123,9 +123,9 @@ class WorkerPool:
             _check_picklable_init(worker_init, method)
         self._first_cid = -1 if first is None else first[0]
         self._first: Any = None if first is None else first[1]
-        self._first_pickled = method not in ("fork", "thread")
-        if first is not None and self._first_pickled:
-            self._first = _pickle_for_workers(first[1], method)
+        self._first_pickled = False
+        if first is not None and method not in ("fork", "thread"):
+            self._first, self._first_pickled = _pickle_for_workers(first[1], method, worker_init)
         if first is not None:
             self.inbox[first[0]] = deque()
         from . import _ring

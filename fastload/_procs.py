@@ -15,7 +15,8 @@ from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
 __all__ = ["EXIT_UNGUARDED_MAIN", "NotPicklable", "choose_start_method", "default_start_method",
-           "exit_code_name", "exit_worker", "preload_in_fork_server", "refuse_unguarded_main",
+           "exit_code_name", "exit_worker", "preload_in_fork_server", "program_start_method",
+           "refuse_unguarded_main",
            "refuse_unimportable_main", "start_process", "unguarded_main_text"]
 
 _THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -167,12 +168,10 @@ def choose_start_method(given: str | None = None) -> tuple[str, str]:
     (logger "fastload", INFO) names the method, the reason and the other threads alive, and
     ``Loader.stats()`` has ``start_method`` and ``start_method_reason``.
 
-    compat.torch's DataLoader does not follow ``multiprocessing.set_start_method`` (torch's
-    takes multiprocessing's default context): tried, it broke torch's own tests that run after
-    one sets forkserver, whose datasets hold a ``multiprocessing.Value``. torch pickles the
-    dataset inside ``Process.start()``, where such objects may travel (their fds passed by the
-    spawning Popen); fastload pickles it once, before, where they may not. Following it needs
-    that first; until then multiprocessing_context= (or start_method=) chooses.
+    compat.torch's DataLoader without multiprocessing_context= follows a start method the
+    program's main process set (``multiprocessing.set_start_method('spawn')``, as CUDA programs
+    do; ``program_start_method``), since torch's takes multiprocessing's default context, and
+    gives torch's "Got pickle error" warning when that fails to pickle; ``Loader`` does not.
 
     Under spawn and forkserver the workers import the main module again, by its file: a class
     defined in a notebook cell, ``python -c`` or ``python -`` (a ``__main__`` without a file)
@@ -205,6 +204,18 @@ def choose_start_method(given: str | None = None) -> tuple[str, str]:
 def default_start_method() -> str:
     """The start method of ``start_method=None`` (NOTE [start method] in choose_start_method)."""
     return choose_start_method()[0]
+
+
+def program_start_method() -> str | None:
+    """The start method of multiprocessing's default context where the program's main process
+    set or fixed it (``multiprocessing.set_start_method``, as CUDA programs set 'spawn'), else
+    None; None under ``$FASTLOAD_START_METHOD``. compat.torch follows it, as torch's DataLoader
+    takes that context (NOTE [start method]). Not in a child process: multiprocessing fixes a
+    spawn or forkserver child's own method while it starts: the program did not choose it
+    there, and fork keeps a worker's start cheap."""
+    if os.environ.get("FASTLOAD_START_METHOD") or mp.parent_process() is not None:
+        return None
+    return mp.get_start_method(allow_none=True)
 
 
 def refuse_unimportable_main(dataset: Any, method: str) -> None:
@@ -292,16 +303,30 @@ def _check_picklable_init(worker_init: Any, method: str) -> None:
         ) from e
 
 
-def _pickle_for_workers(dataset: Any, method: str) -> bytes:
-    """Pickle the dataset once for every worker; say what to do if it cannot be."""
+def _pickle_for_workers(dataset: Any, method: str, worker_init: Any = None) -> tuple[Any, bool]:
+    """The first dataset as spawn/forkserver workers receive it, and whether that is pickled:
+    pickled once here for every worker, or, for a dataset holding what multiprocessing lets
+    travel only while it starts a process (a ``multiprocessing.Value``, ``Lock`` or ``Queue``:
+    their file descriptors go with the spawning Popen), the object
+    itself, which ``Process.start()`` pickles for each worker, as torch's DataLoader does; say
+    what to do if it cannot be pickled at all. With a ``worker_init`` the dataset goes the
+    second way too: pickled in one go with it, what they share stays one object in the worker
+    (a ``worker_init`` that is a method of the dataset sets attributes on the worker's
+    dataset, not on a copy of its own: torch's test_ind_worker_queue)."""
     refuse_unimportable_main(dataset, method)
     try:
-        return pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
+        return (dataset, False) if worker_init is not None else (payload, True)
+    except RuntimeError as e:  # multiprocessing's context.assert_spawning()
+        if "through inheritance" in str(e):
+            return dataset, False
+        error: Exception = e
     except Exception as e:
-        raise NotPicklable(
-            f"fastload: the dataset {type(dataset).__qualname__} cannot be pickled for "
-            f"start_method={method!r} ({type(e).__name__}: {e}). Workers started with "
-            f"{method!r} receive a pickled copy: keep unpicklable members (open files, locks, "
-            "lambdas) out of the dataset or create them lazily in __getitem__/worker_init, or use "
-            "start_method='fork'"
-        ) from e
+        error = e
+    raise NotPicklable(
+        f"fastload: the dataset {type(dataset).__qualname__} cannot be pickled for "
+        f"start_method={method!r} ({type(error).__name__}: {error}). Workers started with "
+        f"{method!r} receive a pickled copy: keep unpicklable members (open files, locks, "
+        "lambdas) out of the dataset or create them lazily in __getitem__/worker_init, or use "
+        "start_method='fork'"
+    ) from error

@@ -23,6 +23,18 @@ fixed-shape slots with two workers or more (``may_share``, ``shared_batch``). Th
 place that decides it; the size of the pieces is the worker's (``_Client._timed`` in _worker.py:
 guided pieces of at least 200 us of loading, a batch quicker than 20 ms taken whole). Every other
 batch is taken whole, as one piece (NOTE [pieces] in csrc/fl_ring.c: the same protocol).
+
+NOTE [out of order]
+``in_order=False`` (torch's): a pass is handed whichever of its tasks in flight is loaded
+first, oldest first among those (``SlotTable.await_any``), so a slow sample holds back only
+its own batch. ``Pass.position`` then counts the batches delivered, and the tasks in flight are
+the batches queued and not delivered, no longer [position, queued). With
+``assign="round_robin"`` a batch goes, when it is queued, to the next worker in turn that has
+fewer than ``prefetch`` batches outstanding (``_turn``; a plain iterable's tasks through
+``IterPlan.room``), as torch's ``_try_put_index`` does, so a stuck worker is skipped instead of
+holding every slot. The first sample's layout is taken from whichever worker loads its first
+sample first (NOTE [first samples] in _startup.py). A mid-epoch ``state_dict()`` of such a pass
+raises: a position cannot say which batches came.
 """
 
 from __future__ import annotations
@@ -71,6 +83,12 @@ class Scheduler:
         #: NOTE [first samples] (_startup.py): the first batch's rows each worker loaded
         self.given: tuple[int, int, list[int]] | None = None  # (epoch, batch, row -> worker)
         self.bell: Any = None  # the pool's (``start``)
+        #: NOTE [out of order]: assign="round_robin" with in_order=False is torch's turn: the
+        #: next worker in turn with fewer than ``prefetch`` batches outstanding
+        self.turns = cfg.assign == "round_robin" and not cfg.in_order and cfg.num_workers > 1
+        self.turn = 0  # the worker whose turn comes next
+        if self.turns and plan.iterable:  # its tasks are assigned as they are queued
+            plan.room = self._has_room
 
     def start(self, layout: Any, counters: dict[str, int], bell: Any) -> SlotTable:
         """Create the region for ``layout`` (the first sample's); ``bell``: the pool's, rung
@@ -177,6 +195,11 @@ class Scheduler:
         n = plan.nbatches_of(e)
         if b >= n or not slots.free:
             return False
+        target = plan.target(e, b) if plan.targeted else None
+        if self.turns and not plan.iterable:
+            target = self._turn()
+            if target is None:  # every worker has its prefetch outstanding
+                return False
         self.queued[e] = b + 1
         if 2 * (b + 1) >= n and self.prepared <= e:  # halfway through epoch e: shuffle the
             self.prepared = e + 1  # next one now, not when the queue reaches it
@@ -188,9 +211,24 @@ class Scheduler:
             owners = []
             if self.given is not None and self.given[:2] == (e, b):
                 owners, self.given = self.given[2], None
-        slots.queue(e, b, plan.batch(e, b), plan.seed,
-                    plan.target(e, b) if plan.targeted else None, owners)
+        slots.queue(e, b, plan.batch(e, b), plan.seed, target, owners)
         return True
+
+    def _has_room(self, worker: int) -> bool:
+        """Whether ``worker`` has fewer than ``prefetch`` batches outstanding (NOTE [out of
+        order])."""
+        assert self.slots is not None
+        outstanding = sum(1 for t in self.slots.inflight if t.target == worker)
+        return bool(outstanding < self.cfg.prefetch)
+
+    def _turn(self) -> int | None:
+        """torch's in_order=False assignment: the next worker in turn that has room, or None."""
+        n = self.cfg.num_workers
+        for _ in range(n):
+            k, self.turn = self.turn, (self.turn + 1) % n
+            if self._has_room(k):
+                return k
+        return None
 
     def _make_room(self, want: int) -> None:
         """No free slot for pass ``want``'s next batch: give up the newest task of the epoch

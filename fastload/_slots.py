@@ -12,6 +12,7 @@ counts those copies.
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from typing import Any, NamedTuple
 
@@ -178,6 +179,23 @@ class SlotTable:
             if task.epoch == epoch:
                 return task
         return None
+
+    def await_any(self, epoch: int, first: Task, timeout: float) -> tuple[Task, Any]:
+        """NOTE [out of order] (_scheduler.py): the oldest task of ``epoch`` in flight whose
+        slot is done, and its result (RingIndex.await_result), waiting up to ``timeout`` on
+        ``first`` (the oldest) while none is, and looking at the others at least every 20 ms;
+        (``first``, None) on timeout."""
+        ring, done = self.ring, (_ring.READY, _ring.FAILED)
+        end, step = time.monotonic() + timeout, 0.0005
+        while True:
+            for task in self.inflight:
+                if task.epoch == epoch and _ring.state_bits(ring.state(task.slot))[0] in done:
+                    return task, ring.await_result(task.slot, 0)
+            left = end - time.monotonic()
+            got = ring.await_result(first.slot, max(0.0, min(step, left)))
+            if got is not None or left <= step:
+                return first, got
+            step = min(2 * step, 0.02)
 
     def count_of(self, epoch: int) -> int:
         return sum(1 for task in self.inflight if task.epoch == epoch)

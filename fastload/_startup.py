@@ -2,7 +2,9 @@
 
 NOTE [first samples]
 A batch layout comes from the first sample (fastload/layout.py), loaded by worker 0 (the
-probe). The first time, every other worker loads another sample at the same time (a Probe with
+probe); with in_order=False, from whichever of the first samples below loads first (their
+probes say its layout too, ``hint``: a slow first sample holds back nothing but its batch).
+The first time, every other worker loads another sample at the same time (a Probe with
 report=False) and keeps it (BatchFiller.warm) for when a batch that has it is filled: all
 workers start at once, so a dataset whose ``__getitem__`` waits until several workers have
 begun a sample (a barrier) works, and the first batches do not wait for one worker. With shared
@@ -62,6 +64,9 @@ class Startup:
         self.cid, self.cfg, self.plan, self.passes, self.sched = cid, cfg, plan, passes, sched
         self.pool, self.mail = pool, mail
         self.warmed = False  # NOTE [first samples]: the other workers were given samples
+        #: in_order=False (NOTE [out of order] in _scheduler.py): the first layout found by any
+        #: worker loading its first sample, not only worker 0's
+        self.hints = not cfg.in_order and not plan.iterable and cfg.on_error != "skip"
 
     def send_probe(self, p: Pass | None = None) -> None:
         """Ask a worker (0, for a map-style dataset) for the layout of pass ``p``'s next batch's
@@ -89,7 +94,8 @@ class Startup:
             ahead = tuple(int(i) for i in self.plan.batch(e, b)[1:])
         self.mail.send_probe(m.Probe(self.cid, sample, self.plan.rows, self.plan.seed, e,
                                      self.cfg.sample_spec, alternates=alternates,
-                                     globals=globals_mode, io=io, rest=ahead), rest, to)
+                                     globals=globals_mode, io=io, rest=ahead), rest, to,
+                            hint=self.hints)
         self.warmed = True
 
     def wait_layout(self, p: Pass, check_workers: Callable[[Pass], None]) -> BatchLayout:
@@ -101,7 +107,11 @@ class Startup:
         while True:
             if mail.probe is None:
                 self.send_probe(p)
-            pool.pump(mail.probe_worker, POLL_INTERVAL_S)
+            if self.hints:  # any worker may say the layout first
+                for i in range(self.cfg.num_workers):
+                    pool.pump(i, 0 if i != mail.probe_worker else 0.01)
+            else:
+                pool.pump(mail.probe_worker, POLL_INTERVAL_S)
             try:
                 mail.collect()
             except BaseException:

@@ -254,6 +254,16 @@ class _Client:
         if msg.rest and self.filler.reads_apply():
             self.filler.read_ahead(msg.rest, msg.seed, msg.epoch)
         if not msg.report:  # NOTE [first samples] (_startup.py): load it now, pack it later
+            if msg.hint:  # and say its layout (in_order=False): kept by probe() as well
+                try:
+                    layout = self.filler.probe(msg.sample, msg.batch_size, msg.seed, msg.epoch,
+                                               msg.spec)
+                    layout.check_picklable()
+                except Exception as e:  # its batch raises it
+                    self.filler.warm[(msg.seed, msg.epoch, msg.sample)] = (False, e)
+                else:
+                    conn.send(m.LayoutFound(self.cid, layout))
+                return
             self.filler.warm_up(msg.sample, msg.seed, msg.epoch)
             return
         # Tells the loader that a death from now on is this sample's doing (a shared pool's

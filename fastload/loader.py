@@ -101,7 +101,6 @@ _FOREIGN = {
     "multiprocessing_context": "use start_method= ('fork', 'forkserver' or 'spawn')",
     "pin_memory": "drop it: batches are NumPy arrays in shared memory "
                   "(fastload.compat.torch.DataLoader takes pin_memory)",
-    "in_order": "drop it: batches always come in the plan's order",
     "n_processes": "use num_workers=",
     "n_prefetch": "use prefetch=",
     "shared_mem": "drop it: slots are sized from the first samples and grow as needed",
@@ -230,6 +229,7 @@ class Loader:
         seed_globals: bool | None = None,
         io_concurrency: int = 1,
         assign: str = "any",
+        in_order: bool = True,
         **unknown: Any,
     ) -> None:
         given = locals()
@@ -277,7 +277,7 @@ class Loader:
             pad_value=pad_value, pad_to_multiple=pad_to_multiple, stack=stack,
             share_dataset=share_dataset, on_error=on_error, max_skips=max_skips,
             share_rows=share_rows, seed_globals=seed_globals, assign=assign,
-            io_concurrency=io_concurrency,
+            io_concurrency=io_concurrency, in_order=in_order,
         )
         self.batch_size = cfg.batch_size
         self.num_workers = cfg.num_workers

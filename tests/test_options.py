@@ -93,7 +93,7 @@ def test_readme_api_block_shows_the_records_defaults():
 
 def test_bool_options_are_listed():
     assert set(BOOLS) == {"shuffle", "drop_last", "copy", "return_mask", "stack",
-                          "share_dataset", "share_rows"}
+                          "share_dataset", "share_rows", "in_order"}
 
 
 @pytest.mark.parametrize("name", BOOLS)

@@ -167,6 +167,37 @@ def test_stats_say_how_workers_started(monkeypatch: pytest.MonkeyPatch) -> None:
                                                                  "worker_method='thread'")
 
 
+PROGRAM_SETS_METHOD = textwrap.dedent("""
+    import multiprocessing as mp, os, sys
+    import numpy as np
+
+    class PPid:
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return np.array([os.getppid()])
+
+    if __name__ == "__main__":
+        mp.set_start_method(sys.argv[1])
+        from fastload.compat.torch import DataLoader
+        got = {int(p) for b in DataLoader(PPid(), batch_size=2, num_workers=2, timeout=60)
+               for p in b.view(-1).tolist()}
+        print("FORKED_BY_MAIN", got == {os.getpid()})
+""")
+
+
+@pytest.mark.skipif(not _have_torch(), reason="torch is not installed")
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_drop_in_follows_the_programs_set_start_method_as_torch(tmp_path: os.PathLike[str],
+                                                                 method: str) -> None:
+    # torch's DataLoader takes multiprocessing's default context, so a program that called
+    # set_start_method('forkserver') gets forkserver workers (children of the fork server)
+    r = _run_file(tmp_path, PROGRAM_SETS_METHOD.replace("sys.argv[1]", repr(method)))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"FORKED_BY_MAIN {method == 'fork'}" in r.stdout
+
+
 PROGRAM_UNPICKLABLE_INIT = textwrap.dedent("""
     import multiprocessing as mp, warnings
     import numpy as np
@@ -179,12 +210,12 @@ PROGRAM_UNPICKLABLE_INIT = textwrap.dedent("""
             return np.array([i])
 
     if __name__ == "__main__":
+        mp.set_start_method("forkserver")
         from fastload.compat.torch import DataLoader
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             try:
                 next(iter(DataLoader(DS(), batch_size=2, num_workers=2,
-                                     multiprocessing_context="forkserver",
                                      worker_init_fn=lambda w: None)))
             except TypeError as e:
                 print("RAISED", "cannot be pickled" in str(e))
@@ -233,10 +264,85 @@ PROGRAM_IN_A_SPAWNED_CHILD = textwrap.dedent("""
 
 @pytest.mark.skipif(not _have_torch(), reason="torch is not installed")
 def test_drop_in_in_a_spawned_child_keeps_fork(tmp_path: os.PathLike[str]) -> None:
-    # multiprocessing fixes a spawn child's start method to 'spawn' while it starts: the
-    # drop-in keeps fork there, and a dataset holding a multiprocessing.Value (shared by
-    # inheritance only) still loads (torch's test_get_worker_info runs its DataLoader in such
-    # a child)
+    # multiprocessing fixes a spawn child's start method to 'spawn' while it starts: that is
+    # not the program's choice, so the drop-in keeps fork there, and a dataset holding a
+    # multiprocessing.Value (shared by inheritance only) still loads (torch's
+    # test_get_worker_info runs its DataLoader in such a child)
     r = _run_file(tmp_path, PROGRAM_IN_A_SPAWNED_CHILD)
     assert "CHILD [[0, 1], [2, 3]] 4" in r.stdout, r.stdout + r.stderr[-3000:]
     assert "EXIT 0" in r.stdout
+
+
+PROGRAM_SHARED_VALUE = textwrap.dedent("""
+    import multiprocessing as mp
+    import numpy as np
+    import fastload
+
+    class Counted:
+        def __init__(self, method):  # (a SemLock travels only to its own context's processes)
+            self.loads = mp.get_context(method).Value("i", 0)  # and only while one starts
+
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            with self.loads.get_lock():
+                self.loads.value += 1
+            return np.array([i])
+
+    if __name__ == "__main__":
+        for method in ("forkserver", "spawn"):
+            ds = Counted(method)
+            with fastload.Loader(ds, batch_size=2, num_workers=2, start_method=method,
+                                 timeout=60) as loader:
+                got = [b.ravel().tolist() for b in loader]
+            print(method, got, ds.loads.value >= 8)
+""")
+
+
+def test_a_dataset_holding_a_multiprocessing_value_starts_under_forkserver_and_spawn(
+        tmp_path: os.PathLike[str]) -> None:
+    # multiprocessing pickles a Value only while it starts a process (its fd goes with the
+    # spawning Popen), as torch's workers receive their dataset: the loads the workers count
+    # reach the parent's Value
+    r = _run_file(tmp_path, PROGRAM_SHARED_VALUE)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for method in ("forkserver", "spawn"):
+        assert f"{method} [[0, 1], [2, 3], [4, 5], [6, 7]] True" in r.stdout, r.stdout
+
+
+PROGRAM_INIT_METHOD = textwrap.dedent("""
+    import numpy as np
+    import fastload
+
+    class Tagged:
+        def __init__(self):
+            self.worker = None
+
+        def init(self, worker_id):  # sets an attribute on the dataset the worker loads from
+            self.worker = worker_id
+
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return np.array([-1 if self.worker is None else self.worker])
+
+    if __name__ == "__main__":
+        for method in ("forkserver", "spawn"):
+            ds = Tagged()
+            with fastload.Loader(ds, batch_size=1, num_workers=2, start_method=method,
+                                 worker_init=ds.init, timeout=60) as loader:
+                got = {int(b[0, 0]) for b in loader}
+            print(method, bool(got) and got <= {0, 1})
+""")
+
+
+def test_a_worker_init_that_is_a_method_of_the_dataset_sets_the_workers_dataset(
+        tmp_path: os.PathLike[str]) -> None:
+    # the dataset and worker_init travel in one pickle (as torch's do), so the method's self
+    # is the dataset the worker loads from, not a copy of its own
+    r = _run_file(tmp_path, PROGRAM_INIT_METHOD)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for method in ("forkserver", "spawn"):
+        assert f"{method} True" in r.stdout, r.stdout

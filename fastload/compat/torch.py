@@ -19,8 +19,9 @@ become lists; strings become lists of str). What differs:
   ``iter()``, so the sampling order of every epoch equals torch's, but workers are not
   re-seeded (their RNG streams continue, as with ``persistent_workers=True``).
 * Batch i of an epoch goes to worker i % num_workers, as torch orders them, so randomness
-  drawn from the workers' global RNGs inside ``__getitem__`` is torch's, run to run
-  (``in_order=False``: the first free worker takes the next batch, and it is not).
+  drawn from the workers' global RNGs inside ``__getitem__`` is torch's, run to run.
+  ``in_order=False`` is torch's too: the next batch goes to the next worker in turn that has
+  fewer than ``prefetch_factor`` batches outstanding, and batches come as they are loaded.
   ``fastload.sample_rng()`` gives per-sample reproducible augmentation for any worker count.
 * ``pool=fastload.Pool(n)`` (also accepted as ``multiprocessing_context=``) runs a DataLoader
   on that pool's workers, already started and shared with other loaders: a new DataLoader starts
@@ -49,9 +50,8 @@ become lists; strings become lists of str). What differs:
   that dies can be restarted (``on_worker_death`` of fastload.Loader is not exposed here:
   torch's behaviour, an error, is kept).
 
-Not supported: ``in_order=False``'s out-of-order batches (batches come in order; only the
-assignment of batches to workers is dynamic), ``pin_memory_device`` (accepted and ignored with
-torch's warning), tensors NumPy cannot represent (``bfloat16``, sparse, quantized).
+Not supported: ``pin_memory_device`` (accepted and ignored with torch's warning), tensors
+NumPy cannot represent (``bfloat16``, sparse, quantized).
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ except ImportError as _e:  # pragma: no cover - exercised only without torch
 
 from fastload import Pool
 from fastload._deaths import RESTART_ADVICE
+from fastload._procs import program_start_method
 from fastload.compat._accelerate import keep_fastload_in_accelerate
 from fastload.compat._accelerate import register as register_for_accelerate
 from fastload.compat._leaves import T_MAP, T_OBJ, tag_of
@@ -166,8 +167,8 @@ def _distributed_settings() -> tuple[int, int]:
 
 
 def _start_method_of(ctx: Any) -> str | None:
-    if ctx is None:  # fastload's choice, not multiprocessing's default (NOTE [start method])
-        return None
+    if ctx is None:  # torch takes multiprocessing's default context: the program's, if it set one
+        return program_start_method()
     return ctx if isinstance(ctx, str) else str(ctx.get_start_method())
 
 
@@ -439,10 +440,10 @@ class DataLoader(TorchDataLoader[_T_co]):  # type: ignore[misc]  # torch: not ty
             # its samples, and torch's tests rely on it): no shared batches (NOTE [pieces] in
             # csrc/fl_ring.c)
             share_rows=False,
-            # torch's assignment (batch i to worker i % num_workers; in_order=False lets the
-            # first free worker take it) and torch's per-worker seeding, not per-sample seeding:
-            # draws from the global RNGs inside __getitem__ are torch's, run to run
-            assign="round_robin" if self.in_order and not self._iterable else "any",
+            # torch's assignment (batch i to worker i % num_workers; in_order=False: NOTE [out
+            # of order] in fastload/_scheduler.py) and torch's per-worker seeding, not
+            # per-sample seeding: draws from the global RNGs in __getitem__ are torch's
+            assign="round_robin", in_order=self.in_order,
             seed_globals=False,
             **plan,  # a map-style dataset's batches: no reference back to self
         )
