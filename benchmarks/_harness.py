@@ -816,7 +816,8 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
 
     ``case`` keys: loader, workload, n, batch_size, epochs, workers, prefetch, shuffle, seed,
     start_method (fastload and torch), torch_collate ("default" tensors | "numpy"), live_thread
-    (one more thread alive from before construction: ``_start_live_thread``). Returns
+    (one more thread alive from before construction: ``_start_live_thread``), prebuilt (the
+    dataset's lazy build done before the clock starts: ``ds[0]``). Returns
     timings in nanoseconds and the derived figures of the steady state (epochs 2.., or epoch 1
     when only one was run). Must run in a fresh, single-threaded process (see PssSampler).
 
@@ -864,6 +865,8 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
         import torch  # noqa: F401  (before the clock starts: first batch excludes the import)
     if case.get("live_thread"):
         _start_live_thread()
+    if case.get("prebuilt"):
+        ds[0]  # the lazy build, outside "first batch" (fork and thread workers inherit it)
     pss_before = _pss_kib(os.getpid())
     loader: Any = None
     t_construct = clock()

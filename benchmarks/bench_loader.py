@@ -76,6 +76,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="keep one more thread alive in the training process from before the "
                         "loader is built (a memory sampler, as training loops have progress, "
                         "metrics and logging threads)")
+    p.add_argument("--prebuilt", action="store_true",
+                   help="build the workload's data (its first __getitem__) in the training "
+                        "process before the clock starts, so 'first batch' leaves out the "
+                        "lazy build (fork and thread workers inherit the built data; spawn and "
+                        "forkserver workers still build their own)")
     p.add_argument("--case", metavar="JSON", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.repeat is None:
@@ -142,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         base = dict(workload=w, n=n, batch_size=bs, epochs=args.epochs, workers=args.workers,
                     prefetch=args.prefetch, shuffle=not args.no_shuffle, seed=0,
                     start_method=args.start_method, torch_collate=args.torch_collate,
-                    live_thread=args.live_thread)
+                    live_thread=args.live_thread, prebuilt=args.prebuilt)
         print(f"\n## {w}: n={n:,} batch_size={bs} epochs={args.epochs} workers={args.workers} "
               f"repeat={args.repeat}", flush=True)
         if w == "memmap":

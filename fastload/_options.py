@@ -181,7 +181,9 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "prefetch", 2, "int",
-        "Batches in flight per worker.",
+        "Batches in flight per worker process. Thread workers (``worker_method=\"thread\"``) "
+        "keep one per thread plus ``prefetch`` for them all, when that is fewer: each batch in "
+        "flight holds a slot of memory, and more bought threads no speed.",
         int_at_least(1),
     ),
     Option(

@@ -18,10 +18,14 @@ import os
 import tempfile
 import weakref
 
-__all__ = ["SharedRegion", "available_bytes", "drop_inherited", "new_fd"]
+__all__ = ["SharedRegion", "BorrowedRegion", "available_bytes", "drop_inherited", "new_fd"]
 
 #: Every region of this process that is mapped: what a forked worker drops (drop_inherited).
 _live: weakref.WeakSet[SharedRegion] = weakref.WeakSet()
+#: The regions this process created, by their file's (st_dev, st_ino): what a thread worker
+#: borrows instead of mapping the file again (NOTE [one mapping per process]).
+_owned: weakref.WeakValueDictionary[tuple[int, int], SharedRegion] = (
+    weakref.WeakValueDictionary())
 
 
 def _read_int(path: str) -> int | None:
@@ -139,6 +143,8 @@ class SharedRegion:
         # The mapping keeps the memory alive; the fd is needed only to send it to new workers.
         self.closed = False
         _live.add(self)
+        if self.owner:
+            _owned[_file_key(self.fd)] = self
 
     @classmethod
     def attach(cls, fd: int, nbytes: int) -> SharedRegion:
@@ -164,6 +170,58 @@ class SharedRegion:
                 self.closed = True
             except BufferError:
                 pass  # exported to live leases; freed with the last one
+
+
+def _file_key(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+# NOTE [one mapping per process]
+# A worker process maps the region from the fd it is sent. A thread worker is sent the fd too
+# (the same messages as a process, NOTE [thread workers] in _threads.py), but mapping it again
+# would give this process one more mapping of the whole region per thread: each thread then
+# page-faults every page of every slot into its own mapping the first time it writes there
+# (measured: ~2,600 minor faults per batch with 8 threads on the image workload, still ~250-550
+# per thread per batch in the third epoch, as the slots rotate), and its page tables cost
+# memory. So a thread borrows the creator's mapping: same pages, same addresses, no faults
+# beyond the first touch of each page. The borrow holds an export of the mapping, so the
+# creator's close() cannot unmap it under a thread still writing (it is left to the last
+# user, as with live leases).
+
+
+class BorrowedRegion:
+    """A thread worker's use of a region this process created (NOTE [one mapping per
+    process]); ``close`` lets go of it and never unmaps the creator's mapping."""
+
+    def __init__(self, owner: SharedRegion, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self.mm = owner.mm
+        self._hold: memoryview | None = memoryview(owner.mm)  # ValueError if already closed
+        self.closed = False
+
+    @classmethod
+    def borrow(cls, fd: int, nbytes: int) -> BorrowedRegion | None:
+        """The mapping this process created for the file ``fd`` refers to (``fd`` is then
+        closed), or None: not one of ours, or closed already (map ``fd`` instead)."""
+        try:
+            owner = _owned.get(_file_key(fd))
+        except OSError:
+            return None
+        if owner is None or owner.closed or owner.nbytes < nbytes:
+            return None
+        try:
+            region = cls(owner, nbytes)
+        except ValueError:  # closed meanwhile
+            return None
+        os.close(fd)
+        return region
+
+    def close(self) -> None:
+        if self._hold is not None:
+            self._hold.release()
+            self._hold = None
+        self.closed = True
 
 
 def drop_inherited(keep: int | None = None) -> int:

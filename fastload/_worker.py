@@ -141,6 +141,7 @@ def thread_main(
     loop without what belongs to a process (signals, the parent watchdog, global RNG seeding,
     os._exit). The first dataset is the user's object."""
     worker = _Worker(worker_id, num_workers, conn, seed)
+    worker.threaded = True
     try:
         try:
             worker.begin(first_cid, first_payload, worker_init, seed_globals=False)
@@ -210,12 +211,14 @@ class _Client:
 
     def attach(self, layout: Any, nbytes: int, fd: int) -> None:
         from ._pack import Packer
-        from ._region import SharedRegion
+        from ._region import BorrowedRegion, SharedRegion
         from ._ring import RingIndex
         from ._slots import SlotMap
 
         self.layout = layout
-        self.region = SharedRegion.attach(fd, nbytes)
+        # a thread uses this process's own mapping (NOTE [one mapping per process], _region.py)
+        self.region = ((BorrowedRegion.borrow(fd, nbytes) if self.worker.threaded else None)
+                       or SharedRegion.attach(fd, nbytes))
         self.ring = RingIndex(self.region.mm)
         self.slots = SlotMap(self.region.mm, self.ring, layout)
         self.shared = self.ring.max_pieces > 1
@@ -465,6 +468,7 @@ class _Worker:
         self.mail_at = 0.0  # monotonic time of the next pipe check while busy
         self.bell: Any = None
         self.bell_region: Any = None
+        self.threaded = False  # a thread of the loader's process (thread_main)
 
     def begin(self, first_cid: int, dataset: Any, worker_init: Any, seed_globals: bool) -> None:
         """Before a worker says Started (process or thread alike): the first loader's dataset
@@ -533,11 +537,12 @@ class _Worker:
         if isinstance(msg, m.Stop):
             return False
         if isinstance(msg, m.Bell):
-            from ._region import SharedRegion
+            from ._region import BorrowedRegion, SharedRegion
             from ._ring import Bell
 
             fd = recv_handle(self.conn)
-            self.bell_region = SharedRegion.attach(fd, msg.nbytes)
+            self.bell_region = ((BorrowedRegion.borrow(fd, msg.nbytes) if self.threaded
+                                 else None) or SharedRegion.attach(fd, msg.nbytes))
             self.bell = Bell(self.bell_region.mm)
             return True
         if isinstance(msg, m.AddDatasetRef):  # a thread worker: the user's object itself

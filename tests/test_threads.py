@@ -227,3 +227,29 @@ def test_eight_threads_hammer_one_ring():
     got = _batches(Who(200, 0.0005), num_workers=8, worker_method="thread", prefetch=3, **kw)
     assert_same([b[:, 0] for b in got], [b[:, 0] for b in want])
     assert len({int(w) for b in got for w in b[:, 1]}) > 1  # several threads loaded them
+
+
+def _memfd_mappings() -> int:
+    with open("/proc/self/maps") as f:
+        return sum("/memfd:fastload" in line for line in f)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="memfd and /proc: Linux")
+def test_threads_write_through_the_loaders_own_mapping():
+    # NOTE [one mapping per process] (_region.py): a thread borrows the region's mapping and
+    # the pool's bell, so four threads add no mapping (mapped per thread: 2 + 2 x 4)
+    before = _memfd_mappings()
+    with fastload.Loader(Range(64), 8, num_workers=4, worker_method="thread") as ld:
+        assert [int(b[0]) for b in ld] == list(range(0, 64, 8))
+        assert _memfd_mappings() - before == 2  # the region and the pool's bell, once each
+
+
+def test_threads_keep_one_batch_each_plus_prefetch_in_flight():
+    # NOTE [thread depth] (_config.py): one slot per thread plus prefetch, not prefetch each
+    with fastload.Loader(Range(64), 8, num_workers=4, prefetch=2,
+                         worker_method="thread") as ld:
+        assert ld.stats()["nslots"] == 4 + 2 + 3  # + max_held
+        assert [int(b[0]) for b in ld] == list(range(0, 64, 8))
+    with fastload.Loader(Range(64), 8, num_workers=2, prefetch=2,
+                         worker_method="thread") as ld:
+        assert ld.stats()["nslots"] == 2 * 2 + 3  # as many as two worker processes
