@@ -170,3 +170,39 @@ def test_the_drop_in_takes_in_order_false_as_torch() -> None:
     theirs = torch.utils.data.DataLoader(Slow(10), num_workers=2, prefetch_factor=2,
                                          in_order=False, timeout=30)
     assert [int(b[0][0]) for b in theirs] == [i for i, _ in got]
+
+
+@pytest.mark.parametrize("assign", ["any", "round_robin"])
+def test_a_worker_death_loses_and_repeats_nothing(tmp_path, assign: str) -> None:
+    # restart mode, a worker SIGKILLed mid-epoch while another batch is slow: each batch still
+    # comes once (its lost batch is loaded again), whatever order they come in
+    from tests.helpers.faults import KillFirstTimes
+
+    class SlowAndKilled(KillFirstTimes):
+        def __getitem__(self, i: int) -> tuple[int, int]:
+            if i == 0:
+                time.sleep(SLOW_S / 2)
+            return super().__getitem__(i)
+
+    with fastload.Loader(SlowAndKilled(40, 13, 1, str(tmp_path)), batch_size=2, num_workers=2,
+                         in_order=False, assign=assign, on_worker_death="restart",
+                         timeout=60) as loader:
+        for _ in range(2):
+            firsts = sorted(int(b[0][0]) for b in loader)
+            assert firsts == list(range(0, 40, 2))
+        assert loader.stats()["worker_restarts"] == 1
+
+
+def test_two_passes_at_once_each_get_their_epoch() -> None:
+    # NOTE [several passes]: each pass takes only its own epoch's batches, in any order
+    with fastload.Loader(Slow(16, slow=4), batch_size=2, num_workers=2, in_order=False,
+                         shuffle=True, seed=3, timeout=30) as loader:
+        a, b = iter(loader), iter(loader)
+        got_a, got_b = [], []
+        for x, y in zip(a, b):
+            got_a.append(x[:, 0].tolist())
+            got_b.append(y[:, 0].tolist())
+        plain = fastload.Loader(Slow(16, slow=-1), batch_size=2, num_workers=0, shuffle=True,
+                                seed=3)
+        epochs = [[b[:, 0].tolist() for b in plain] for _ in range(2)]
+    assert sorted(got_a) == sorted(epochs[0]) and sorted(got_b) == sorted(epochs[1])
