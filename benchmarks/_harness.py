@@ -346,14 +346,18 @@ WORKLOADS: dict[str, tuple[type, int, int, int]] = {
 }
 
 LOADERS = ("fastload", "fastload-1w", "torch", "single", "getitem", "memcpy-warm", "memcpy-fresh",
-           "fastload-noshare", "fastload-thread", "grain", "grain-threads", "spdl")
-#: The loaders that are fastload Loaders (``fastload-thread``: worker_method="thread").
-FASTLOAD_KINDS = ("fastload", "fastload-1w", "fastload-noshare", "fastload-thread")
+           "fastload-noshare", "fastload-thread", "fastload-process-threads", "grain",
+           "grain-threads", "spdl")
+#: The loaders that are fastload Loaders (``fastload-thread``: worker_method="thread";
+#: ``fastload-process-threads``: worker_method="process_threads").
+FASTLOAD_KINDS = ("fastload", "fastload-1w", "fastload-noshare", "fastload-thread",
+                  "fastload-process-threads")
 LOADER_LABEL = {
     "fastload": "fastload",
     "fastload-1w": "fastload",
     "fastload-noshare": "fastload, share_rows=False",
     "fastload-thread": "fastload, worker threads",
+    "fastload-process-threads": "fastload, worker threads in one helper process",
     "grain": "Grain DataLoader (worker processes)",
     "grain-threads": "Grain MapDataset (thread reads)",
     "spdl": "SPDL pipeline (thread pool)",
@@ -371,7 +375,8 @@ def default_loaders(workload: str) -> list[str]:
     only when asked for."""
     return [x for x in LOADERS
             if (x != "fastload-1w" or workload == "compute")
-            and x not in ("fastload-noshare", "fastload-thread", "grain", "grain-threads", "spdl")]
+            and x not in ("fastload-noshare", "fastload-thread", "fastload-process-threads",
+                          "grain", "grain-threads", "spdl")]
 
 
 def _grain(ds: Any, n: int, bs: int, shuffle: bool, seed: int, workers: int, prefetch: int,
@@ -875,6 +880,8 @@ def run_case(case: dict[str, Any], progress: Callable[[int, int], None] | None =
 
         how: dict[str, Any] = ({"worker_method": "thread"} if kind == "fastload-thread"
                                else {"start_method": case.get("start_method")})
+        if kind == "fastload-process-threads":
+            how["worker_method"] = "process_threads"
         loader = fastload.Loader(
             ds, bs, shuffle=shuffle, seed=seed, num_workers=workers, prefetch=prefetch,
             share_rows=kind != "fastload-noshare", **how,

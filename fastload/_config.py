@@ -34,7 +34,9 @@ _SHARD_ENV = (
 # thread bought no throughput. Measured on 2 cores, image, 8 workers, prefetch=2, medians of
 # 5 interleaved runs: depth 16 (8 x 2) 23,698 samples/s and 336 MiB peak PSS; depth 12
 # 24,004 /s, 262 MiB; depth 10 (8 + 2) 26,902 /s, 226 MiB (spreads +-10-25%: a loaded
-# machine). With 2 workers (2 x 2 = 2 + 2) nothing changes; with prefetch=1 neither.
+# machine). With 2 workers (2 x 2 = 2 + 2) nothing changes; with prefetch=1 neither. The
+# threads of a host process (NOTE [hosted threads] in _host.py) share one ring in one process
+# as well, and keep the same depth.
 
 
 @dataclass(frozen=True)
@@ -69,13 +71,16 @@ class LoaderConfig:
     assign: str = "any"  # "round_robin": batch b to worker b % num_workers
     in_order: bool = True  # False: each batch as soon as it is loaded (NOTE [out of order])
     io_concurrency: int = 1  # NOTE [reads in flight] (_io.py)
+    #: "thread" (start_method says "thread" too) or "process_threads": threads of one host
+    #: process (NOTE [hosted threads] in _host.py), started with start_method
+    worker_method: str = "process"
 
     @property
     def depth(self) -> int:
         """Batches in flight (queued or being loaded) at once: ``prefetch`` per worker
         process; for thread workers one per thread plus ``prefetch`` for them all, if fewer
         (NOTE [thread depth])."""
-        if self.start_method == "thread":
+        if self.worker_method != "process":
             return max(1, min(self.num_workers * self.prefetch,
                               self.num_workers + self.prefetch))
         return max(1, self.num_workers * self.prefetch)
@@ -87,7 +92,8 @@ class LoaderConfig:
         return self.depth + self.max_held
 
     def pool_config(self) -> PoolConfig:
-        return PoolConfig(self.num_workers, self.start_method, self.worker_init, self.seed)
+        return PoolConfig(self.num_workers, self.start_method, self.worker_init, self.seed,
+                          self.worker_method)
 
     @classmethod
     def build(
@@ -137,9 +143,10 @@ class LoaderConfig:
         seed = check_worker_args(num_workers, start_method, worker_init, seed, min_workers=0)
         if pool is None:
             start_method = thread_or(start_method, worker_method)
-        elif worker_method == "thread" and pool.start_method != "thread":
-            raise ValueError("worker_method='thread' conflicts with the pool's worker processes; "
-                             "leave worker_method unset when passing pool=")
+        elif worker_method != "process" and worker_method != pool.worker_method:
+            raise ValueError(f"worker_method={worker_method!r} conflicts with the pool's "
+                             f"worker_method={pool.worker_method!r}; leave worker_method unset "
+                             "when passing pool=")
         if pool is not None:
             from ._pool import Pool
 
@@ -174,6 +181,7 @@ class LoaderConfig:
             share_rows=c["share_rows"] and c["assign"] == "any" and c["io_concurrency"] == 1,
             seed_globals=c["seed_globals"], assign=c["assign"],
             io_concurrency=c["io_concurrency"], in_order=c["in_order"],
+            worker_method=pool.worker_method if pool is not None else worker_method,
         )
 
 

@@ -181,8 +181,9 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "prefetch", 2, "int",
-        "Batches in flight per worker process. Thread workers (``worker_method=\"thread\"``) "
-        "keep one per thread plus ``prefetch`` for them all, when that is fewer: each batch in "
+        "Batches in flight per worker process. Thread workers (``worker_method=\"thread\"`` or "
+        "``\"process_threads\"``) keep one per thread plus ``prefetch`` for them all, when "
+        "that is fewer: each batch in "
         "flight holds a slot of memory, and more bought threads no speed.",
         int_at_least(1),
     ),
@@ -196,7 +197,7 @@ OPTIONS: tuple[Option, ...] = (
         "(NOTE [start method] in fastload/_procs.py).",
     ),
     Option(
-        "worker_method", "process", '{"process", "thread"}',
+        "worker_method", "process", '{"process", "thread", "process_threads"}',
         "What the workers are. ``\"process\"``: worker processes (the dataset reaches them by "
         "fork or pickled). ``\"thread\"``: threads of this process filling the same "
         "zero-copy slots with the same batches: no process start, nothing pickled or copied "
@@ -204,8 +205,12 @@ OPTIONS: tuple[Option, ...] = (
         "image decoding, large NumPy operations), slow for pure-Python samples on a GIL build. "
         "Global ``random``/``numpy.random`` state is shared by the threads: use "
         ":func:`sample_rng`. A thread stuck in a sample cannot be killed: ``close()`` waits for "
-        "it 2 s, then leaves it (NOTE [thread workers] in fastload/_threads.py).",
-        one_of("process", "thread"),
+        "it 2 s, then leaves it (NOTE [thread workers] in fastload/_threads.py). "
+        "``\"process_threads\"``: the same threads in one helper process (started with "
+        "``start_method``; the dataset reaches it once, by fork or pickled): they do not "
+        "contend with your training loop for its GIL, and a stuck sample is killed with its "
+        "process; global RNGs as for threads (NOTE [hosted threads] in fastload/_host.py).",
+        one_of("process", "thread", "process_threads"),
     ),
     Option(
         "worker_init", None, "callable, optional",

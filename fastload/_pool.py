@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from . import _messages as m
 from . import _threads
 from ._frames import FrameReader
+from ._host import Host, hosted_reason
 from ._procs import (
     NotPicklable,
     _check_picklable_init,
@@ -99,11 +100,14 @@ class WorkerPool:
                     f"start_method={method!r} is not available here; choose one of "
                     f"{mp.get_all_start_methods()}"
                 )
+        self.hosted = config.worker_method == "process_threads"  # NOTE [hosted threads]
+        self.worker_method = "thread" if self.threads else config.worker_method
         self.start_method = method
         #: why this method (NOTE [start method] in _procs.py): stats()["start_method_reason"]
-        self.start_method_reason = why
+        self.start_method_reason = hosted_reason(num_workers, method, why) if self.hosted else why
         if not self.threads:
-            log.info("fastload: %d worker processes start with %s (%s)", num_workers, method, why)
+            log.info("fastload: %d worker %s start with %s (%s)", num_workers,
+                     "threads in one process" if self.hosted else "processes", method, why)
         self.ctx: Any = None if self.threads else mp.get_context(method)  # typeshed: no .Process
         if method == "forkserver":
             preload_in_fork_server(self.ctx)
@@ -134,6 +138,7 @@ class WorkerPool:
         self.bell_region = SharedRegion(_PAGE)
         self.bell = _ring.Bell(self.bell_region.mm, create=True)
         self.procs: list[Any] = [None] * num_workers
+        self.host: Host | None = None  # NOTE [hosted threads]: the one the workers run in
         self.conns: list[Connection | None] = [None] * num_workers
         self.readers: list[FrameReader | None] = [None] * num_workers  # of conns[i]
         self.restarts = 0
@@ -266,8 +271,11 @@ class WorkerPool:
                 # PDEATHSIG fires when the *thread* that forks exits: armed only for a start
                 # from the main thread (a restart may run in any loader's thread)
                 not self.threads and threading.current_thread() is threading.main_thread())
+        p: Any
         if self.threads:  # NOTE [thread workers] (_threads.py): a thread of this process
             p, conn = _threads.start_thread(thread_main, args)
+        elif self.hosted:  # NOTE [hosted threads]: a thread of the host (a new one if it died)
+            self.host, (p, conn) = Host.thread_of(self.host, self.ctx, args)
         else:
             p, conn = start_process(self.ctx, worker_main, args)
         self.procs[i] = p
@@ -279,8 +287,12 @@ class WorkerPool:
         for cid, key in self.refs.items():
             self.send(i, m.AddDatasetRef(cid, key))
 
-    def sentinels(self) -> dict[int, int]:
-        return {p.sentinel: i for i, p in enumerate(self.procs) if p is not None}
+    def sentinels(self) -> dict[int, list[int]]:  # NOTE [hosted threads]: one for several
+        out: dict[int, list[int]] = {}
+        for i, p in enumerate(self.procs):
+            if p is not None:
+                out.setdefault(p.sentinel, []).append(i)
+        return out
 
     def dead_workers(self, timeout: float = 0.0) -> list[int]:
         """Indices of workers whose process has exited (checked via their sentinels)."""
@@ -290,13 +302,12 @@ class WorkerPool:
         ready = wait(list(s), timeout=timeout)
         dead = []
         for r in ready:
-            i = s[r]  # type: ignore[index]
-            p = self.procs[i]
+            ids = s[r]  # type: ignore[index]
             # The sentinel closes while the process exits, a moment before it can be reaped:
             # wait (boundedly) for the exit code instead of reporting a running process.
-            p.join(_REAP_TIMEOUT_S)
-            dead.append(i)
-        return dead
+            self.procs[ids[0]].join(_REAP_TIMEOUT_S)
+            dead.extend(ids)
+        return sorted(dead)
 
     def check(self) -> None:
         """Restart dead workers; tell every client before (reclaim) and after (re-attach). A
@@ -427,7 +438,8 @@ def _join_all(procs: list[Any], timeout: float | None, readers: list[FrameReader
         left = deadline - time.monotonic()
         if left <= 0:
             return
-        ready = wait([p.sentinel for p in alive] + list(socks), timeout=left)
+        # one sentinel per process (hosted threads share their host's)
+        ready = wait(list({p.sentinel for p in alive}) + list(socks), timeout=left)
         for sock in [s for s in ready if s in socks]:
             try:
                 socks[sock].read()  # dropped (a spill's mapping is freed with it)
@@ -460,9 +472,11 @@ class Pool:
         Seeds each worker process's global ``random`` and ``numpy.random`` state (per worker
         id); random if None. Shuffling and :func:`fastload.sample_rng` follow each loader's own
         seed.
-    worker_method : {"process", "thread"}
+    worker_method : {"process", "thread", "process_threads"}
         As for :class:`fastload.Loader`: ``"thread"`` runs the workers as threads of this
-        process, and loaders on it hand them their datasets as they are (never pickled).
+        process, and loaders on it hand them their datasets as they are (never pickled);
+        ``"process_threads"`` runs them as threads of one helper process (started with
+        ``start_method``).
 
     Examples
     --------
@@ -509,6 +523,12 @@ class Pool:
     def start_method(self) -> str:
         assert self._workers is not None
         return self._workers.start_method
+
+    @property
+    def worker_method(self) -> str:
+        """``"process"``, ``"thread"`` or ``"process_threads"`` (as given)."""
+        assert self._workers is not None
+        return self._workers.worker_method
 
     @property
     def closed(self) -> bool:

@@ -16,16 +16,20 @@ import errno
 import mmap
 import os
 import tempfile
+import threading
 import weakref
 
 __all__ = ["SharedRegion", "BorrowedRegion", "available_bytes", "drop_inherited", "new_fd"]
 
 #: Every region of this process that is mapped: what a forked worker drops (drop_inherited).
 _live: weakref.WeakSet[SharedRegion] = weakref.WeakSet()
-#: The regions this process created, by their file's (st_dev, st_ino): what a thread worker
-#: borrows instead of mapping the file again (NOTE [one mapping per process]).
+#: The regions this process created or mapped, by their file's (st_dev, st_ino): what a thread
+#: worker borrows instead of mapping the file again (NOTE [one mapping per process]).
 _owned: weakref.WeakValueDictionary[tuple[int, int], SharedRegion] = (
     weakref.WeakValueDictionary())
+#: Makes a thread's borrow-or-map one step (BorrowedRegion.map): two threads of a host that
+#: attach at once would otherwise both map the region.
+_mapping = threading.Lock()
 
 
 def _read_int(path: str) -> int | None:
@@ -149,6 +153,7 @@ class SharedRegion:
     @classmethod
     def attach(cls, fd: int, nbytes: int) -> SharedRegion:
         r = cls(nbytes, fd=fd, what="a loader's region, mapped in a worker")
+        _owned[_file_key(fd)] = r  # the next thread of this process borrows it
         r.close_fd()
         return r
 
@@ -188,6 +193,11 @@ def _file_key(fd: int) -> tuple[int, int]:
 # beyond the first touch of each page. The borrow holds an export of the mapping, so the
 # creator's close() cannot unmap it under a thread still writing (it is left to the last
 # user, as with live leases).
+# The threads of a host process (NOTE [hosted threads] in _host.py) did not create the
+# region: the first to attach maps it (``BorrowedRegion.map``, one step under a lock:
+# ``SharedRegion.attach`` registers that mapping as the process's), and the others borrow
+# it. A forked process forgets its parent's registry (``drop_inherited``): those mappings
+# are no longer there.
 
 
 class BorrowedRegion:
@@ -217,6 +227,13 @@ class BorrowedRegion:
         os.close(fd)
         return region
 
+    @classmethod
+    def map(cls, fd: int, nbytes: int) -> BorrowedRegion | SharedRegion:
+        """A worker thread's view of the region of ``fd``: this process's mapping, borrowed,
+        or, if it has none, a new one, which the next thread borrows."""
+        with _mapping:
+            return cls.borrow(fd, nbytes) or SharedRegion.attach(fd, nbytes)
+
     def close(self) -> None:
         if self._hold is not None:
             self._hold.release()
@@ -243,6 +260,7 @@ def drop_inherited(keep: int | None = None) -> int:
     import sys
 
     regions = [r for r in list(_live) if not r.closed]
+    _owned.clear()  # nothing of the parent's is borrowed here (NOTE [one mapping per process])
     shared = sys.modules.get("fastload.shared")  # no containers unless it was imported
     containers = shared.regions_of_other_loaders(keep) if shared is not None else []
     try:

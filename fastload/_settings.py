@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SEED_LIMIT", "check_seed", "check_worker_args", "thread_or", "PoolConfig"]
+__all__ = ["SEED_LIMIT", "WORKER_METHODS", "check_seed", "check_worker_args", "thread_or",
+           "PoolConfig"]
 
 #: Seeds travel in each slot's task header as an int64 (NOTE [slot payload layout]).
 SEED_LIMIT = 2**63
@@ -39,6 +40,9 @@ class PoolConfig:
     start_method: str | None
     worker_init: Callable[[int], Any] | None
     seed: int
+    #: "thread" (``start_method`` says "thread" too) or "process_threads": threads of one host
+    #: process (NOTE [hosted threads] in _host.py), started with ``start_method``
+    worker_method: str = "process"
 
     @classmethod
     def build(
@@ -49,15 +53,23 @@ class PoolConfig:
         if num_workers is None:
             num_workers = os.cpu_count() or 1
         seed = check_worker_args(num_workers, start_method, worker_init, seed, min_workers=1)
-        return cls(num_workers, thread_or(start_method, worker_method), worker_init, seed)
+        return cls(num_workers, thread_or(start_method, worker_method), worker_init, seed,
+                   worker_method)
+
+
+#: What workers can be: processes, threads of this process (NOTE [thread workers] in
+#: _threads.py), threads of one host process (NOTE [hosted threads] in _host.py).
+WORKER_METHODS = ("process", "thread", "process_threads")
 
 
 def thread_or(start_method: str | None, worker_method: Any) -> str | None:
     """The start method a pool runs: ``"thread"`` for thread workers (NOTE [thread workers] in
-    _threads.py), else the process start method as given."""
-    if worker_method not in ("process", "thread"):
-        raise ValueError(f"worker_method must be 'process' or 'thread', got {worker_method!r}")
-    if worker_method == "process":
+    _threads.py), else the process start method as given (for worker processes, or for the
+    host process of ``"process_threads"``)."""
+    if worker_method not in WORKER_METHODS:
+        raise ValueError("worker_method must be 'process', 'thread' or 'process_threads', got "
+                         f"{worker_method!r}")
+    if worker_method != "thread":
         return start_method
     if start_method is not None:
         raise ValueError(

@@ -87,7 +87,8 @@ class Startup:
         if self.cfg.on_error == "skip":  # NOTE [skipped samples]: the rest of its batch
             alternates = tuple(int(i) for i in self.plan.batch(e, b)[1:])
         globals_mode = mode_of(self.cfg.seed_globals,
-                               threads=self.pool.threads or self.cfg.io_concurrency > 1,
+                               threads=(self.pool.threads or self.pool.hosted
+                                        or self.cfg.io_concurrency > 1),
                                iterable=self.plan.iterable)  # NOTE [global RNGs] (_rngs.py)
         io, ahead = self.cfg.io_concurrency, tuple[int, ...]()  # NOTE [reads in flight] (_io.py)
         if io > 1 and not self.plan.iterable:

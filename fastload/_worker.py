@@ -92,7 +92,24 @@ def worker_main(
     pdeathsig: bool,
 ) -> None:
     """Entry point of every worker process (module-level: works with spawn and forkserver)."""
-    # Hygiene first: Ctrl+C goes to the parent only (it shuts us down); native crashes print.
+    process_hygiene(first_cid, pickled, parent_pid, pdeathsig)
+    worker = _Worker(worker_id, num_workers, conn, seed)
+    try:
+        dataset = pickle.loads(first_payload) if pickled and first_cid >= 0 else first_payload
+        worker.begin(first_cid, dataset, worker_init, seed_globals=True)
+    except BaseException as e:
+        conn.send(m.InitFailed(pack_exception(e, None, worker_id)))
+        drain_and_close(conn)
+        exit_worker(1)
+    conn.send(m.Started(worker_id))
+    worker.run()
+    exit_worker(0)  # NOTE [worker exit] in _procs.py: multiprocessing's finalizers, then os._exit
+
+
+def process_hygiene(first_cid: int, pickled: bool, parent_pid: int, pdeathsig: bool) -> None:
+    """What a fastload process (a worker, or the host of worker threads: NOTE [hosted threads]
+    in _host.py) does first, before any user code."""
+    # Ctrl+C goes to the parent only (it shuts us down); native crashes print.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):  # the parent blocked SIGINT around our start
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -112,17 +129,6 @@ def worker_main(
         from ._region import drop_inherited
 
         drop_inherited(first_cid)
-    worker = _Worker(worker_id, num_workers, conn, seed)
-    try:
-        dataset = pickle.loads(first_payload) if pickled and first_cid >= 0 else first_payload
-        worker.begin(first_cid, dataset, worker_init, seed_globals=True)
-    except BaseException as e:
-        conn.send(m.InitFailed(pack_exception(e, None, worker_id)))
-        _drain_and_close(conn)
-        exit_worker(1)
-    conn.send(m.Started(worker_id))
-    worker.run()
-    exit_worker(0)  # NOTE [worker exit] in _procs.py: multiprocessing's finalizers, then os._exit
 
 
 def thread_main(
@@ -136,12 +142,15 @@ def thread_main(
     seed: int,
     parent_pid: int,
     pdeathsig: bool,
+    datasets: Any = None,
 ) -> None:
     """Entry point of a worker thread (NOTE [thread workers] in _threads.py): worker_main's
     loop without what belongs to a process (signals, the parent watchdog, global RNG seeding,
-    os._exit). The first dataset is the user's object."""
+    os._exit). The first dataset is the user's object (or its host's: NOTE [hosted threads] in
+    _host.py, whose ``datasets`` the threads share)."""
     worker = _Worker(worker_id, num_workers, conn, seed)
     worker.threaded = True
+    worker.datasets = datasets
     try:
         try:
             worker.begin(first_cid, first_payload, worker_init, seed_globals=False)
@@ -158,7 +167,7 @@ def thread_main(
         conn.close()
 
 
-def _drain_and_close(conn: Connection) -> None:
+def drain_and_close(conn: Connection) -> None:
     """Read what the parent already sent before closing: closing a socket with unread data
     resets the connection, and the parent would lose the message we just sent.
 
@@ -217,8 +226,8 @@ class _Client:
 
         self.layout = layout
         # a thread uses this process's own mapping (NOTE [one mapping per process], _region.py)
-        self.region = ((BorrowedRegion.borrow(fd, nbytes) if self.worker.threaded else None)
-                       or SharedRegion.attach(fd, nbytes))
+        self.region = (BorrowedRegion.map(fd, nbytes) if self.worker.threaded
+                       else SharedRegion.attach(fd, nbytes))
         self.ring = RingIndex(self.region.mm)
         self.slots = SlotMap(self.region.mm, self.ring, layout)
         self.shared = self.ring.max_pieces > 1
@@ -468,7 +477,9 @@ class _Worker:
         self.mail_at = 0.0  # monotonic time of the next pipe check while busy
         self.bell: Any = None
         self.bell_region: Any = None
-        self.threaded = False  # a thread of the loader's process (thread_main)
+        self.threaded = False  # a thread of the loader's process or of a host (thread_main)
+        #: a host's threads: the datasets they share by client id (HostDatasets in _host.py)
+        self.datasets: Any = None
 
     def begin(self, first_cid: int, dataset: Any, worker_init: Any, seed_globals: bool) -> None:
         """Before a worker says Started (process or thread alike): the first loader's dataset
@@ -541,8 +552,8 @@ class _Worker:
             from ._ring import Bell
 
             fd = recv_handle(self.conn)
-            self.bell_region = ((BorrowedRegion.borrow(fd, msg.nbytes) if self.threaded
-                                 else None) or SharedRegion.attach(fd, msg.nbytes))
+            self.bell_region = (BorrowedRegion.map(fd, msg.nbytes) if self.threaded
+                                else SharedRegion.attach(fd, msg.nbytes))
             self.bell = Bell(self.bell_region.mm)
             return True
         if isinstance(msg, m.AddDatasetRef):  # a thread worker: the user's object itself
@@ -554,23 +565,31 @@ class _Worker:
                 self.conn.send(m.DatasetFailed(msg.cid, pack_exception(e, None, self.worker_id)))
             return True
         if isinstance(msg, (m.AddDataset, m.AddDatasetFd)):
+            fd = -1
             try:
                 if isinstance(msg, m.AddDatasetFd):
                     fd = recv_handle(self.conn)
-                    try:
-                        payload = b"".join(_read_all(fd, msg.nbytes))
-                    finally:
-                        os.close(fd)
-                else:
-                    payload = msg.payload
-                self.add_client(msg.cid, pickle.loads(payload))
+
+                def load() -> Any:
+                    if isinstance(msg, m.AddDatasetFd):
+                        return pickle.loads(b"".join(_read_all(fd, msg.nbytes)))
+                    return pickle.loads(msg.payload)
+
+                # a host's threads unpickle it once (NOTE [hosted threads] in _host.py)
+                self.add_client(msg.cid, load() if self.datasets is None
+                                else self.datasets.get(msg.cid, load))
             except BaseException as e:
                 self.conn.send(m.DatasetFailed(msg.cid, pack_exception(e, None, self.worker_id)))
+            finally:
+                if fd >= 0:
+                    os.close(fd)
             return True
         client = self.clients.get(msg.cid)
         if isinstance(msg, m.Detach):
             if client is not None:
                 del self.clients[msg.cid]
+                if self.datasets is not None:
+                    self.datasets.release(msg.cid)
                 if client in self.active:
                     self.active.remove(client)
                 client.detach()

@@ -302,9 +302,11 @@ class Loader:
 
     @property
     def worker_method(self) -> str:
-        """``"thread"`` when the workers are threads of this process, else ``"process"``
-        (also with ``num_workers=0``)."""
-        return "thread" if self.start_method == "thread" else "process"
+        """``"thread"`` when the workers are threads of this process, ``"process_threads"``
+        when they are threads of one helper process, else ``"process"`` (also with
+        ``num_workers=0``)."""
+        e = self._engine
+        return "process" if e is None or e.pool is None else e.pool.worker_method
 
     def __len__(self) -> int:
         assert self._engine is not None

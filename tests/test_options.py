@@ -62,7 +62,6 @@ NOT_CONFIG_FIELDS = {
     "dataset": "the Engine's", "pool": "the Engine's (num_workers is the pool's)",
     "ragged": "sample_spec", "pad_value": "sample_spec", "pad_to_multiple": "sample_spec",
     "stack": "sample_spec", "shuffle_buffer": "the stream view's (fastload/_stream.py)",
-    "worker_method": 'start_method ("thread": thread workers)',
 }
 
 

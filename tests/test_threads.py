@@ -173,7 +173,7 @@ def test_a_pool_of_threads_serves_two_loaders():
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(worker_method="threads"), "worker_method must be 'process' or 'thread'"),
+    (dict(worker_method="threads"), "worker_method must be 'process', 'thread' or"),
     (dict(worker_method="thread", start_method="fork"), "leave start_method unset"),
 ])
 def test_bad_arguments_say_what_to_do(kw, match):
