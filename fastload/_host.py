@@ -30,7 +30,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle, send_handle
 from typing import Any
 
@@ -208,7 +208,6 @@ def host_main(
     datasets = HostDatasets()
     lock = threading.Lock()
     running: list[threading.Thread] = []
-    stopped = threading.Event()  # a thread ended with 0: the pool is closing
 
     def run(worker_id: int, conn: Connection) -> None:
         if failed is not None:
@@ -229,16 +228,11 @@ def host_main(
             exit_worker(code)  # NOTE [hosted threads]: a death is the whole host's
         with lock:
             running.remove(threading.current_thread())
-        stopped.set()
+            if not running:  # the pool stopped every thread (close()): so ends the host
+                exit_worker(0)
 
     while True:
-        if stopped.is_set():
-            with lock:
-                if not running:
-                    exit_worker(0)
         try:
-            if not wait([control], timeout=0.1):
-                continue
             msg = control.recv()
             fd = recv_handle(control)
         except (EOFError, OSError):  # the pool let go of us: let the threads finish, then exit

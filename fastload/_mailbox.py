@@ -53,7 +53,8 @@ class Mailbox:
         self.probe_started = self.probe_failed = self.probe_stale = False
         for k, index in warm:
             self.pool.send(k, probe._replace(sample=index, spec=probe.spec if hint else None,
-                                             report=False, rest=(), hint=hint))
+                                             report=False, rest=(), alternates=(),
+                                             hint=hint))
 
     def retarget(self) -> None:
         """``load_state_dict`` moved where the first pass starts: a probe in flight was sent
@@ -171,7 +172,7 @@ class Mailbox:
             if key in msgs:
                 return msgs.pop(key)
             if not pool.is_alive(worker, incarnation):
-                pool.pump(worker, 0)  # it died: what it sent is all there is
+                pool.pump((worker,), 0)  # it died: what it sent is all there is
                 self.collect()
                 return msgs.pop(key, None)
             wait.check(lambda: f"worker {worker} (pid {pool.pid_of(worker)}) finished the batch "
@@ -179,7 +180,7 @@ class Mailbox:
                        f"{_process_state(pool.pid_of(worker))}; `kill -USR1 <pid>` prints "
                        "where it is)")
             pool.check()  # other workers that die meanwhile are restarted, not left dead
-            pool.pump(worker, wait.step() or POLL_INTERVAL_S)
+            pool.pump((worker,), wait.step() or POLL_INTERVAL_S)
 
     def _forget_before(self, slot: int, seq: int) -> None:
         """Drop what was filed about tasks of ``slot`` older than ``seq``: a slot holds one

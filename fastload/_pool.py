@@ -19,6 +19,7 @@ import pickle
 import threading
 import weakref
 from collections import deque
+from collections.abc import Iterable
 from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import send_handle
 from typing import Any, Protocol
@@ -205,20 +206,23 @@ class WorkerPool:
         if mine is not None:  # else: a client that is gone
             mine.append((i, msg))
 
-    def pump(self, i: int, timeout: float) -> None:
-        """Read what worker i has sent, waiting up to ``timeout`` for the first message."""
+    def pump(self, workers: Iterable[int], timeout: float) -> None:
+        """Read what the ``workers`` have sent, waiting up to ``timeout`` for a first message
+        from any of them (never for the rest of one: NOTE [resumable reads])."""
         with self.lock:
-            conn, reader = self.conns[i], self.readers[i]
-            if conn is None or reader is None:
-                return
+            conns = {c: i for i in workers
+                     if (c := self.conns[i]) is not None and self.readers[i] is not None}
             try:
-                if not conn.poll(timeout):
-                    return
-                # Never waits for the rest of a message (NOTE [resumable reads]).
-                for msg in reader.read():
-                    self._route(i, msg)
-            except (EOFError, OSError):
-                return  # it died: check() says how
+                ready = wait(list(conns), timeout) if conns else []
+            except OSError:
+                return
+            for ready_conn in ready:
+                i = conns[ready_conn]  # type: ignore[index]
+                try:
+                    for msg in self.readers[i].read():  # type: ignore[union-attr]
+                        self._route(i, msg)
+                except (EOFError, OSError):
+                    pass  # it died: check() says how
 
     def take(self, cid: int) -> list[tuple[int, Any]]:
         """Every message routed to client ``cid`` so far."""
@@ -287,22 +291,16 @@ class WorkerPool:
         for cid, key in self.refs.items():
             self.send(i, m.AddDatasetRef(cid, key))
 
-    def sentinels(self) -> dict[int, list[int]]:  # NOTE [hosted threads]: one for several
-        out: dict[int, list[int]] = {}
+    def dead_workers(self, timeout: float = 0.0) -> list[int]:
+        """Indices of workers whose process has exited, checked via their sentinels (NOTE
+        [hosted threads]: one sentinel may be several workers')."""
+        by_sentinel: dict[int, list[int]] = {}
         for i, p in enumerate(self.procs):
             if p is not None:
-                out.setdefault(p.sentinel, []).append(i)
-        return out
-
-    def dead_workers(self, timeout: float = 0.0) -> list[int]:
-        """Indices of workers whose process has exited (checked via their sentinels)."""
-        s = self.sentinels()
-        if not s:
-            return []
-        ready = wait(list(s), timeout=timeout)
-        dead = []
-        for r in ready:
-            ids = s[r]  # type: ignore[index]
+                by_sentinel.setdefault(p.sentinel, []).append(i)
+        dead: list[int] = []
+        for r in wait(list(by_sentinel), timeout=timeout) if by_sentinel else []:
+            ids = by_sentinel[r]  # type: ignore[index]
             # The sentinel closes while the process exits, a moment before it can be reaped:
             # wait (boundedly) for the exit code instead of reporting a running process.
             self.procs[ids[0]].join(_REAP_TIMEOUT_S)
@@ -322,7 +320,7 @@ class WorkerPool:
                 return
             deaths = []
             for i in dead:
-                self.pump(i, 0)  # what it sent before dying (errors, spills) reaches its client
+                self.pump((i,), 0)  # what it sent before dying (errors, spills) reaches its client
                 deaths.append(m.Death(i, self.pid_of(i), self.exitcode(i), self.started[i]))
             clients = list(self.clients.values())
             if deaths:

@@ -147,13 +147,11 @@ class SharedRegion:
         # The mapping keeps the memory alive; the fd is needed only to send it to new workers.
         self.closed = False
         _live.add(self)
-        if self.owner:
-            _owned[_file_key(self.fd)] = self
+        _owned[_file_key(self.fd)] = self  # a thread of this process borrows it
 
     @classmethod
     def attach(cls, fd: int, nbytes: int) -> SharedRegion:
         r = cls(nbytes, fd=fd, what="a loader's region, mapped in a worker")
-        _owned[_file_key(fd)] = r  # the next thread of this process borrows it
         r.close_fd()
         return r
 

@@ -108,11 +108,9 @@ class Startup:
         while True:
             if mail.probe is None:
                 self.send_probe(p)
-            if self.hints:  # any worker may say the layout first
-                for i in range(self.cfg.num_workers):
-                    pool.pump(i, 0 if i != mail.probe_worker else 0.01)
-            else:
-                pool.pump(mail.probe_worker, POLL_INTERVAL_S)
+            # (in_order=False: any worker may say the layout first)
+            pool.pump(range(self.cfg.num_workers) if self.hints else (mail.probe_worker,),
+                          POLL_INTERVAL_S)
             try:
                 mail.collect()
             except BaseException:

@@ -265,31 +265,26 @@ class _Client:
         self.filler.io = msg.io  # NOTE [reads in flight] (_io.py): the batch's reads begin
         if msg.rest and self.filler.reads_apply():
             self.filler.read_ahead(msg.rest, msg.seed, msg.epoch)
-        if not msg.report:  # NOTE [first samples] (_startup.py): load it now, pack it later
-            if msg.hint:  # and say its layout (in_order=False): kept by probe() as well
-                try:
-                    layout = self.filler.probe(msg.sample, msg.batch_size, msg.seed, msg.epoch,
-                                               msg.spec)
-                    layout.check_picklable()
-                except Exception as e:  # its batch raises it
-                    self.filler.warm[(msg.seed, msg.epoch, msg.sample)] = (False, e)
-                else:
-                    conn.send(m.LayoutFound(self.cid, layout))
-                return
-            self.filler.warm_up(msg.sample, msg.seed, msg.epoch)
+        if not msg.report and not msg.hint:  # NOTE [first samples] (_startup.py): load it
+            self.filler.warm_up(msg.sample, msg.seed, msg.epoch)  # now, pack it later
             return
-        # Tells the loader that a death from now on is this sample's doing (a shared pool's
-        # worker may die on another loader's batch before it reads the probe).
-        conn.send(m.ProbeStarted(self.cid))
-        try:
+        if msg.report:  # Tells the loader that a death from now on is this sample's doing (a
+            conn.send(m.ProbeStarted(self.cid))  # shared pool's worker may die on another
+        try:  # loader's batch before it reads the probe)
             layout = self.filler.probe(msg.sample, msg.batch_size, msg.seed, msg.epoch, msg.spec,
                                        msg.alternates)
             layout.check_picklable()  # an error of the probe's sample, not of this worker
         except StreamEnded:  # NOTE [iterable datasets]: this worker's iterator has no sample
             conn.send(m.ProbeEnded(self.cid, msg.epoch))
         except BaseException as e:
-            conn.send(m.ProbeFailed(self.cid, pack_exception(e, msg.sample, self.worker.worker_id)))
-        else:
+            if msg.report:
+                conn.send(m.ProbeFailed(self.cid, pack_exception(e, msg.sample,
+                                                                 self.worker.worker_id)))
+            elif isinstance(e, Exception):  # a hint (in_order=False): its batch raises it
+                self.filler.warm[(msg.seed, msg.epoch, msg.sample)] = (False, e)
+            else:
+                raise
+        else:  # (a hint's sample is kept by probe() for its batch, as a warm one)
             conn.send(m.LayoutFound(self.cid, layout))
 
     def take(self) -> Any:

@@ -9,16 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from .shared_rows import Who
 
-class WhoHolds:
+
+class WhoHolds(Who):
     """Sample i: (i, the loading process's pid, the id of the dataset object that loaded it):
     tells whether a host's threads share one dataset."""
-
-    def __init__(self, n: int, delay: float = 0.0) -> None:
-        self.n, self.delay = n, delay
-
-    def __len__(self) -> int:
-        return self.n
 
     def __getitem__(self, i: int) -> np.ndarray:
         if self.delay:
